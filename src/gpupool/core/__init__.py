@@ -1,0 +1,1 @@
+"""The pure scheduling core: snapshot in, decisions out. No I/O, clock, database or logging."""

@@ -1,0 +1,1 @@
+"""A cycle's actions, in order: allocate, consolidate, reclaim, preempt, node-level."""

@@ -1,0 +1,94 @@
+"""Allocate: start pending work in the capacity that is idle now (G11).
+
+Projects take turns, the one furthest below its fair share (holding / fair share) first; inside a
+project, pending workloads go by priority, then submission. A workload that does not fit does not
+block the ones behind it. Within one allocate pass capacity only shrinks, so a shape (request,
+gang size, CPU, memory, selector) that failed once fails again: later workloads of that shape are
+answered from a cache, which keeps a long queue cheap.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from gpupool.core.context import GPU, CycleContext
+from gpupool.core.session import Statement, WorkRecord, WorkState
+
+ShapeKey = tuple[object, ...]
+
+
+def shape_key(work: WorkRecord, gang_size: int) -> ShapeKey:
+    spec = work.spec
+    return (
+        spec.gpu.kind,
+        spec.gpu.amount,
+        gang_size,
+        spec.cpu_milli,
+        spec.memory_mib,
+        spec.node_selector,
+    )
+
+
+def share_ratio(ctx: CycleContext, project: int) -> float:
+    """Holding / fair share on GPU; used only to order projects, never to admit work."""
+    record = ctx.session.projects[project]
+    share = record.fair_share[GPU]
+    if share <= 0:
+        return float("inf")
+    return record.holding[GPU] / share
+
+
+def queues_by_project(ctx: CycleContext) -> dict[int, list[WorkRecord]]:
+    """Work waiting to start tasks, per project, by priority then submission."""
+    queues: dict[int, list[WorkRecord]] = {}
+    for work in ctx.session.works:
+        if work.state is WorkState.PENDING or (
+            work.state is WorkState.RUNNING and len(work.allocs) < work.spec.tasks
+        ):
+            queues.setdefault(work.project, []).append(work)
+    for queue in queues.values():
+        queue.sort(key=lambda w: (-w.spec.effective_priority, w.spec.submit_seq))
+    return queues
+
+
+def allocate(ctx: CycleContext) -> None:
+    queues = queues_by_project(ctx)
+    cursor = dict.fromkeys(queues, 0)
+    heap = [(share_ratio(ctx, p), ctx.session.projects[p].name, p) for p in queues]
+    heapq.heapify(heap)
+    failed: dict[ShapeKey, str] = {}
+    while heap:
+        _, name, project = heapq.heappop(heap)
+        queue = queues[project]
+        work = queue[cursor[project]]
+        cursor[project] += 1
+        try_allocate(ctx, work, failed)
+        if cursor[project] < len(queue):
+            heapq.heappush(heap, (share_ratio(ctx, project), name, project))
+
+
+def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[ShapeKey, str]) -> bool:
+    gang, extras = ctx.tasks_to_start(work)
+    if not gang:
+        ctx.place_extras(work, extras)
+        return True
+    problem = ctx.policy_problem(work, len(gang))
+    if problem is not None:
+        ctx.reasons[work.index] = problem
+        return False
+    key = shape_key(work, len(gang))
+    cached = failed.get(key)
+    if cached is not None:
+        ctx.reasons[work.index] = cached
+        return False
+    statement = Statement(ctx.session)
+    if not ctx.place_tasks(statement, work, gang):
+        statement.rollback()
+        reason = ctx.capacity_reason(work, gang)
+        failed[key] = reason
+        ctx.reasons[work.index] = reason
+        return False
+    statement.commit()
+    ctx.place_extras(work, extras)
+    ctx.mark_started(work, "fits in idle capacity")
+    return True

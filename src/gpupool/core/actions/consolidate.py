@@ -1,0 +1,145 @@
+"""Consolidate: move preemptible work so that a pending whole-GPU workload fits (fragmentation).
+
+Only for pending work whose GPUs are idle in total but not where it needs them (e.g. 2 GPUs on
+one node while two nodes have 1 free each). For a task that fits nowhere, the nodes with the
+most empty devices are tried: movable tasks there are taken in victim order until the node has
+room, each of them must find a new place elsewhere *now*, and only then is anything moved. A
+move is a restart elsewhere, not a return to pending. Bounded: a few attempts per cycle, a few
+moves per attempt.
+"""
+
+from __future__ import annotations
+
+from gpupool.core.actions.victims import can_be_victim, victim_units
+from gpupool.core.context import CycleContext
+from gpupool.core.decisions import Move, MoveCause
+from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind
+from gpupool.core.session import Statement, TaskAlloc, WorkRecord, WorkState
+
+_CANDIDATE_NODES = 8
+
+
+def consolidate(ctx: CycleContext) -> None:
+    session = ctx.session
+    budget = session.settings.max_consolidation_attempts_per_cycle
+    if budget <= 0:
+        return
+    tasks_on_node: dict[int, list[tuple[WorkRecord, int]]] | None = None
+    for work in [w for w in session.works if w.state is WorkState.PENDING]:
+        if budget <= 0:
+            return
+        spec = work.spec
+        if spec.gpu.kind is not GpuRequestKind.WHOLE:
+            continue
+        gang, extras = ctx.tasks_to_start(work)
+        if not gang or ctx.policy_problem(work, len(gang)) is not None:
+            continue
+        if spec.gpu.amount * len(gang) * MILLI_PER_GPU > session.idle_gpu_milli:
+            continue
+        budget -= 1
+        if tasks_on_node is None:
+            tasks_on_node = _movable_tasks_by_node(ctx)
+        statement = Statement(session)
+        moves: list[Move] = []
+        if _place_with_moves(ctx, statement, work, gang, tasks_on_node, moves):
+            statement.commit()
+            ctx.moves.extend(moves)
+            ctx.place_extras(work, extras)
+            ctx.mark_started(work, "fits after moving work to other nodes (consolidation)")
+        else:
+            statement.rollback()
+
+
+def _movable_tasks_by_node(ctx: CycleContext) -> dict[int, list[tuple[WorkRecord, int]]]:
+    """Tasks that may move, per node, in victim order (what moves first)."""
+    session = ctx.session
+    movable = [w for w in session.works if can_be_victim(session, w)]
+    movable.sort(key=lambda w: victim_units(w)[-1].order)
+    by_node: dict[int, list[tuple[WorkRecord, int]]] = {}
+    for work in movable:
+        for task, alloc in sorted(work.allocs.items()):
+            by_node.setdefault(alloc.node, []).append((work, task))
+    return by_node
+
+
+def _place_with_moves(
+    ctx: CycleContext,
+    statement: Statement,
+    work: WorkRecord,
+    gang: list[int],
+    tasks_on_node: dict[int, list[tuple[WorkRecord, int]]],
+    moves: list[Move],
+) -> bool:
+    session = ctx.session
+    needed = work.spec.gpu.amount
+    max_moves = session.settings.max_moves_per_consolidation
+    for task in gang:
+        alloc = ctx.placer.find(work.spec, task)
+        if alloc is not None:
+            statement.place(work, alloc)
+            continue
+        placed = False
+        for node in _roomiest_nodes(ctx, work):
+            attempt = Statement(session, parent=statement)
+            removed: list[tuple[WorkRecord, TaskAlloc]] = []
+            for mover, mover_task in tasks_on_node.get(node, []):
+                if session.empty_count[node] >= needed or len(moves) + len(removed) >= max_moves:
+                    break
+                if mover.state is not WorkState.RUNNING or mover_task not in mover.allocs:
+                    continue
+                removed.append((mover, attempt.remove(mover, mover_task)))
+            target = (
+                ctx.placer.find(work.spec, task) if session.empty_count[node] >= needed else None
+            )
+            if target is None or target.node != node:
+                attempt.rollback()
+                continue
+            attempt.place(work, target)
+            new_places = _replace_elsewhere(ctx, attempt, removed, node)
+            if new_places is None:
+                attempt.rollback()
+                continue
+            attempt.commit()
+            for (mover, old), new in zip(removed, new_places, strict=True):
+                moves.append(
+                    Move(
+                        workload=mover.name,
+                        cause=MoveCause.CONSOLIDATE,
+                        source=session.to_placement(old),
+                        target=session.to_placement(new),
+                        reason=f"moved so that {work.name} fits on {session.nodes[node].name}",
+                    )
+                )
+            placed = True
+            break
+        if not placed:
+            return False
+    return True
+
+
+def _roomiest_nodes(ctx: CycleContext, work: WorkRecord) -> list[int]:
+    session = ctx.session
+    nodes: list[int] = []
+    for count in range(session.max_gpus_per_node, -1, -1):
+        for node in session.nodes_by_empty[count]:
+            if session.nodes[node].gpu_count >= work.spec.gpu.amount:
+                nodes.append(node)
+                if len(nodes) >= _CANDIDATE_NODES:
+                    return nodes
+    return nodes
+
+
+def _replace_elsewhere(
+    ctx: CycleContext,
+    statement: Statement,
+    removed: list[tuple[WorkRecord, TaskAlloc]],
+    node: int,
+) -> list[TaskAlloc] | None:
+    placed: list[TaskAlloc] = []
+    for mover, old in removed:
+        new = ctx.placer.find(mover.spec, old.task_index, excluded=node)
+        if new is None:
+            return None
+        statement.place(mover, new)
+        placed.append(new)
+    return placed

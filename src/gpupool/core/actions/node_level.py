@@ -1,0 +1,91 @@
+"""Node-level scheduling of dynamic fractions: spread to burst, pack back on demand.
+
+The cluster-level view charges a dynamic fraction (request below limit) to the device it was
+placed on, packed with others. On its node, it may physically run on a device nobody is charged
+for, so it can burst up to its limit. When a placement claims that device, the task returns to
+the device it is charged to (a PACK move, ordered before the binds that need the device); it is
+not evicted. Spreading is deterministic: per device, the earliest-submitted burstable task stays,
+later ones take idle devices in index order, so repeated cycles change nothing (G8).
+"""
+
+from __future__ import annotations
+
+from gpupool.core.context import CycleContext
+from gpupool.core.decisions import Move, MoveCause
+from gpupool.core.session import TaskAlloc, WorkRecord, WorkState
+
+
+def node_level(ctx: CycleContext) -> None:
+    session = ctx.session
+    by_node: dict[int, list[tuple[WorkRecord, TaskAlloc]]] = {}
+    for index in session.burstable_works:
+        work = session.works[index]
+        if work.state is not WorkState.RUNNING:
+            continue
+        for alloc in work.allocs.values():
+            by_node.setdefault(alloc.node, []).append((work, alloc))
+    for node in sorted(by_node):
+        tasks = sorted(by_node[node], key=lambda wa: (wa[0].spec.submit_seq, wa[1].task_index))
+        _pack_and_spread(ctx, node, tasks)
+
+
+def _pack_and_spread(
+    ctx: CycleContext, node: int, tasks: list[tuple[WorkRecord, TaskAlloc]]
+) -> None:
+    session = ctx.session
+    used = session.device_used[node]
+    taken: set[int] = set()
+    staying: list[tuple[WorkRecord, TaskAlloc]] = []
+    for work, alloc in tasks:
+        burst = alloc.burst_device
+        if burst is None:
+            staying.append((work, alloc))
+        elif used[burst] != 0 or burst in taken:
+            _change(ctx, work, alloc, None, MoveCause.PACK, "packed back: its device is claimed")
+            staying.append((work, work.allocs[alloc.task_index]))
+        else:
+            taken.add(burst)
+    idle = [d for d in range(len(used)) if used[d] == 0 and d not in taken]
+    if not idle:
+        return
+    charged_burstable: dict[int, int] = {}
+    residents: dict[int, list[tuple[WorkRecord, TaskAlloc]]] = {}
+    for _work, alloc in tasks:
+        device = alloc.devices[0]
+        charged_burstable[device] = charged_burstable.get(device, 0) + alloc.milli_per_device
+    for work, alloc in staying:
+        residents.setdefault(alloc.devices[0], []).append((work, alloc))
+    for device in sorted(residents):
+        others_there = used[device] > charged_burstable.get(device, 0)
+        movers = residents[device] if others_there else residents[device][1:]
+        for work, alloc in movers:
+            if not idle:
+                return
+            target = idle.pop(0)
+            _change(ctx, work, alloc, target, MoveCause.SPREAD, "spread to an idle device to burst")
+
+
+def _change(
+    ctx: CycleContext,
+    work: WorkRecord,
+    alloc: TaskAlloc,
+    burst_device: int | None,
+    cause: MoveCause,
+    reason: str,
+) -> None:
+    session = ctx.session
+    session.set_burst_device(work, alloc.task_index, burst_device)
+    if work.started_this_cycle and alloc.task_index not in _initial_tasks(work):
+        return
+    move = Move(
+        workload=work.name,
+        cause=cause,
+        source=session.to_placement(alloc),
+        target=session.to_placement(work.allocs[alloc.task_index]),
+        reason=reason,
+    )
+    (ctx.pack_moves if cause is MoveCause.PACK else ctx.spread_moves).append(move)
+
+
+def _initial_tasks(work: WorkRecord) -> set[int]:
+    return {p.task_index for p in work.spec.placements}

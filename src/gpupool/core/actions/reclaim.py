@@ -1,0 +1,223 @@
+"""Reclaim (G2, G4, G5) and preempt (G6): evict to start pending work that did not fit.
+
+Reclaim takes preemptible work of *other* projects. Each eviction must be justified at every
+level of the project tree below the point where the two projects' paths part, in one of two ways:
+(a) fairness: the victim's side holds more than its fair share, and the reclaimer's side does not
+end above its own fair share; (b) guarantee: the same with quota instead of fair share. The
+reclaimer's guard is what prevents ping-pong.
+
+Preempt takes lower-priority preemptible work of the *same* project; priority never crosses
+projects.
+
+Both are bounded per cycle: at most `max_reclaim_attempts_per_cycle` attempts, at most
+`max_victims_per_attempt` victims tried per attempt, and a shape that failed for a project is not
+tried again for that project in the same cycle.
+"""
+
+from __future__ import annotations
+
+from gpupool.core.actions.allocate import ShapeKey, shape_key, share_ratio
+from gpupool.core.actions.victims import VictimUnit, can_be_victim, evict_to_place, victim_units
+from gpupool.core.context import GPU, CycleContext, format_gpu
+from gpupool.core.decisions import EvictionCause
+from gpupool.core.session import ProjectRecord, WorkRecord, WorkState
+
+_FAIR, _QUOTA = 0, 1
+_NOTHING_TO_RECLAIM = "no over-quota work of other projects can be reclaimed to make it fit"
+
+
+def _pending_in_order(ctx: CycleContext) -> list[WorkRecord]:
+    pending = [w for w in ctx.session.works if w.state is WorkState.PENDING]
+    pending.sort(
+        key=lambda w: (
+            share_ratio(ctx, w.project),
+            -w.spec.effective_priority,
+            w.spec.submit_seq,
+        )
+    )
+    return pending
+
+
+def _bar(record: ProjectRecord, kind: int) -> int:
+    return record.fair_share[GPU] if kind == _FAIR else record.spec.quota.gpu_milli
+
+
+def _reclaimer_guards(ctx: CycleContext, work: WorkRecord, ask_gpu: int) -> dict[int, set[int]]:
+    """For each tree level of the reclaimer's path, the bars it stays within once placed."""
+    guards: dict[int, set[int]] = {}
+    for p in ctx.session.project_path(work):
+        record = ctx.session.projects[p]
+        after = record.holding[GPU] + ask_gpu
+        guards[p] = {kind for kind in (_FAIR, _QUOTA) if after <= _bar(record, kind)}
+    return guards
+
+
+def reclaim(ctx: CycleContext) -> None:
+    session = ctx.session
+    budget = session.settings.max_reclaim_attempts_per_cycle
+    failed: set[tuple[int, ShapeKey]] = set()
+    victims: list[VictimUnit] | None = None
+    victim_projects: list[int] = []
+    for work in _pending_in_order(ctx):
+        gang, _extras = ctx.tasks_to_start(work)
+        if not gang or ctx.policy_problem(work, len(gang)) is not None:
+            continue
+        ask_gpu = ctx.ask(work, len(gang)).gpu_milli
+        guards = _reclaimer_guards(ctx, work, ask_gpu)
+        leaf = session.projects[work.project]
+        if not guards[work.project]:
+            _explain_no_reclaim(ctx, work, leaf, ask_gpu)
+            continue
+        key = (work.project, shape_key(work, len(gang)))
+        if key in failed:
+            continue
+        if budget <= 0:
+            _append_reason(ctx, work, "reclaim is bounded per cycle; it will be tried again")
+            continue
+        budget -= 1
+        if victims is None:
+            victims = _reclaim_candidates(ctx)
+            victim_projects = sorted({u.work.project for u in victims})
+        path = session.project_path(work)
+        eligible = {
+            p
+            for p in victim_projects
+            if p != work.project and _justify(ctx, p, work, path, guards) is not None
+        }
+        if not eligible:
+            failed.add(key)
+            _append_reason(ctx, work, _NOTHING_TO_RECLAIM)
+            continue
+        candidates = (u for u in victims if u.work.project in eligible)
+
+        def justify(
+            victim: WorkRecord,
+            path: tuple[int, ...] = path,
+            work: WorkRecord = work,
+            guards: dict[int, set[int]] = guards,
+        ) -> str | None:
+            return _justify(ctx, victim.project, work, path, guards)
+
+        if evict_to_place(ctx, work, gang, candidates, justify, EvictionCause.RECLAIM):
+            ctx.place_extras(work, _extras)
+        else:
+            failed.add(key)
+            _append_reason(ctx, work, _NOTHING_TO_RECLAIM)
+
+
+def _reclaim_candidates(ctx: CycleContext) -> list[VictimUnit]:
+    """Units of work in projects above their fair share or quota, in victim order."""
+    session = ctx.session
+    over = {
+        record.index
+        for record in session.projects
+        if record.holding[GPU] > min(record.fair_share[GPU], record.spec.quota.gpu_milli)
+    }
+    units = [
+        unit
+        for work in session.works
+        if work.project in over and can_be_victim(session, work)
+        for unit in victim_units(work)
+    ]
+    units.sort(key=lambda u: u.order)
+    return units
+
+
+def _justify(
+    ctx: CycleContext,
+    victim_project: int,
+    work: WorkRecord,
+    reclaimer_path: tuple[int, ...],
+    guards: dict[int, set[int]],
+) -> str | None:
+    session = ctx.session
+    victim_path = session.projects[victim_project].ancestors
+    split = 0
+    while (
+        split < len(victim_path)
+        and split < len(reclaimer_path)
+        and victim_path[split] == reclaimer_path[split]
+    ):
+        split += 1
+    for kind in (_FAIR, _QUOTA):
+        if all(kind in guards[p] for p in reclaimer_path[split:]) and all(
+            session.projects[p].holding[GPU] > _bar(session.projects[p], kind)
+            for p in victim_path[split:]
+        ):
+            record = session.projects[victim_path[split]]
+            bar = "fair share" if kind == _FAIR else "quota"
+            return (
+                f"{_kind(ctx, record)} {record.name} holds {format_gpu(record.holding[GPU])},"
+                f" above its {bar} of {format_gpu(_bar(record, kind))}; reclaimed for"
+                f" {work.name} of project {session.projects[work.project].name}"
+            )
+    return None
+
+
+def _kind(ctx: CycleContext, record: ProjectRecord) -> str:
+    return "department" if record.children else "project"
+
+
+def _explain_no_reclaim(
+    ctx: CycleContext, work: WorkRecord, leaf: ProjectRecord, ask_gpu: int
+) -> None:
+    _append_reason(
+        ctx,
+        work,
+        f"project {leaf.name} would hold {format_gpu(leaf.holding[GPU] + ask_gpu)}, above both"
+        f" its fair share ({format_gpu(leaf.fair_share[GPU])}) and its quota"
+        f" ({format_gpu(leaf.spec.quota.gpu_milli)}), so it waits for GPUs to free up",
+    )
+
+
+def _append_reason(ctx: CycleContext, work: WorkRecord, note: str) -> None:
+    base = ctx.reasons.get(work.index)
+    if base is None:
+        ctx.reasons[work.index] = note
+    elif note not in base:
+        ctx.reasons[work.index] = f"{base}; {note}"
+
+
+def preempt(ctx: CycleContext) -> None:
+    session = ctx.session
+    budget = session.settings.max_reclaim_attempts_per_cycle
+    failed: set[tuple[int, int, ShapeKey]] = set()
+    by_project: dict[int, list[VictimUnit]] = {}
+    for work in _pending_in_order(ctx):
+        gang, extras = ctx.tasks_to_start(work)
+        if not gang or ctx.policy_problem(work, len(gang)) is not None:
+            continue
+        priority = work.spec.effective_priority
+        key = (work.project, priority, shape_key(work, len(gang)))
+        if key in failed or budget <= 0:
+            continue
+        units = by_project.get(work.project)
+        if units is None:
+            units = by_project[work.project] = _project_candidates(ctx, work.project)
+        candidates = [u for u in units if u.work.spec.effective_priority < priority]
+        if not candidates:
+            continue
+        budget -= 1
+
+        def justify(victim: WorkRecord, work: WorkRecord = work) -> str | None:
+            return (
+                f"priority {victim.spec.effective_priority} yields to {work.name} of priority"
+                f" {work.spec.effective_priority} in the same project"
+            )
+
+        if evict_to_place(ctx, work, gang, candidates, justify, EvictionCause.PREEMPT):
+            ctx.place_extras(work, extras)
+        else:
+            failed.add(key)
+
+
+def _project_candidates(ctx: CycleContext, project: int) -> list[VictimUnit]:
+    session = ctx.session
+    units = [
+        unit
+        for work in session.works
+        if work.project == project and can_be_victim(session, work)
+        for unit in victim_units(work)
+    ]
+    units.sort(key=lambda u: u.order)
+    return units

@@ -1,0 +1,169 @@
+"""Evicting to make room: victim order, min runtime, and least disruption (G7, G10).
+
+A victim *unit* is what one eviction takes: an elastic workload's task above `min_available`
+(those go first, one at a time), or the rest of a workload, whole. Units are tried in victim
+order (lowest priority, then most recently started, then most recently submitted), each only if
+the caller's justification holds just before it. After each eviction the pending workload is
+tried; once it fits, every victim its placement does not need is put back where it was. If it
+never fits within `max_victims_per_attempt`, nothing is evicted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from gpupool.core.context import CycleContext
+from gpupool.core.decisions import Evict, EvictionCause
+from gpupool.core.model import MILLI_PER_GPU
+from gpupool.core.session import Session, Statement, TaskAlloc, WorkRecord, WorkState
+
+
+@dataclass(frozen=True, slots=True)
+class VictimUnit:
+    work: WorkRecord
+    task_indices: tuple[int, ...]
+    """Tasks this unit evicts; empty means every task still placed (the whole workload)."""
+    order: tuple[int, int, int, int]
+
+
+def victim_units(work: WorkRecord) -> list[VictimUnit]:
+    """A running workload's units: elastic surplus tasks (highest index first), then the rest."""
+    spec = work.spec
+    started = spec.started_at_s if spec.started_at_s is not None else 0
+    base = (spec.effective_priority, -started, -spec.submit_seq)
+    placed = sorted(work.allocs)
+    surplus = placed[spec.gang_size :]
+    units = [
+        VictimUnit(work, (task,), (*base, position))
+        for position, task in enumerate(reversed(surplus))
+    ]
+    units.append(VictimUnit(work, (), (*base, len(surplus))))
+    return units
+
+
+def can_be_victim(session: Session, work: WorkRecord) -> bool:
+    """Preemptible, running since before this cycle, and past its min runtime (G7)."""
+    spec = work.spec
+    if not spec.is_preemptible or work.state is not WorkState.RUNNING:
+        return False
+    if work.started_this_cycle or not work.allocs:
+        return False
+    min_runtime = spec.min_runtime_s
+    if min_runtime is None:
+        min_runtime = session.projects[work.project].spec.min_runtime_s
+    if min_runtime <= 0 or spec.started_at_s is None:
+        return True
+    return session.snapshot.now_s - spec.started_at_s >= min_runtime
+
+
+_EXAMINE_FACTOR = 8
+"""Candidates looked at per attempt, as a multiple of the victim bound: keeps a scan bounded."""
+
+Justify = Callable[[WorkRecord], str | None]
+"""Returns why evicting this victim's unit is allowed now, or None if it is not."""
+
+
+@dataclass(slots=True)
+class _Evicted:
+    unit: VictimUnit
+    allocs: list[TaskAlloc]
+    reason: str
+
+
+def evict_to_place(
+    ctx: CycleContext,
+    work: WorkRecord,
+    gang: list[int],
+    candidates: Iterable[VictimUnit],
+    justify: Justify,
+    cause: EvictionCause,
+) -> bool:
+    """Try to start `gang` of `work` by evicting candidates; commit and record on success."""
+    session = ctx.session
+    statement = Statement(session)
+    evicted: list[_Evicted] = []
+    limit = session.settings.max_victims_per_attempt
+    examined = 0
+    for unit in candidates:
+        examined += 1
+        if len(evicted) >= limit or examined > _EXAMINE_FACTOR * limit:
+            break
+        victim = unit.work
+        if victim.state is not WorkState.RUNNING:
+            continue
+        tasks = unit.task_indices or tuple(sorted(victim.allocs))
+        if any(t not in victim.allocs for t in tasks):
+            continue
+        reason = justify(victim)
+        if reason is None:
+            continue
+        allocs = [statement.remove(victim, t) for t in tasks]
+        if not victim.allocs:
+            victim.state = WorkState.EVICTED
+        evicted.append(_Evicted(unit, allocs, reason))
+        attempt = Statement(session)
+        if ctx.place_tasks(attempt, work, gang):
+            _restore_unneeded(statement, evicted)
+            statement.commit()
+            attempt.commit()
+            _record(ctx, work, evicted, cause)
+            return True
+        attempt.rollback()
+    statement.rollback()
+    for item in evicted:
+        item.unit.work.state = WorkState.RUNNING
+    return False
+
+
+def _restore_unneeded(statement: Statement, evicted: list[_Evicted]) -> None:
+    """G10: put back each victim whose old place is still free with the new work placed."""
+    session = statement.session
+    for item in reversed(evicted):
+        victim = item.unit.work
+        if all(_fits_back(session, victim, alloc) for alloc in item.allocs):
+            for alloc in item.allocs:
+                statement.place(victim, alloc)
+            victim.state = WorkState.RUNNING
+            item.allocs.clear()
+    evicted[:] = [item for item in evicted if item.allocs]
+
+
+def _fits_back(session: Session, work: WorkRecord, alloc: TaskAlloc) -> bool:
+    node = alloc.node
+    device_memory = session.nodes[node].gpu_memory_mib
+    for device in alloc.devices:
+        used = session.device_used[node][device]
+        if alloc.milli_per_device >= MILLI_PER_GPU and used != 0:
+            return False
+        if used + alloc.milli_per_device > MILLI_PER_GPU:
+            return False
+        if session.device_memory_used[node][device] + alloc.memory_mib_per_device > device_memory:
+            return False
+    return (
+        session.cpu_free[node] >= work.spec.cpu_milli
+        and session.memory_free[node] >= work.spec.memory_mib
+    )
+
+
+def _record(
+    ctx: CycleContext, work: WorkRecord, evicted: list[_Evicted], cause: EvictionCause
+) -> None:
+    for item in evicted:
+        victim = item.unit.work
+        whole = victim.state is WorkState.EVICTED
+        tasks = () if whole else tuple(a.task_index for a in item.allocs)
+        ctx.evictions.append(
+            Evict(
+                workload=victim.name,
+                cause=cause,
+                reason=item.reason,
+                task_indices=tasks,
+                for_workload=work.name,
+            )
+        )
+        if whole:
+            ctx.reasons[victim.index] = f"evicted for {work.name}: {item.reason}"
+    verb = "reclaimed" if cause is EvictionCause.RECLAIM else "preempted"
+    names = ", ".join(item.unit.work.name for item in evicted)
+    ctx.mark_started(work, f"starts on GPUs {verb} from {names}")

@@ -1,0 +1,190 @@
+"""What every action of one cycle shares: the session, the placer, and what was decided so far."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpupool.core.decisions import Evict, Move
+from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Workload
+from gpupool.core.placement import Placer
+from gpupool.core.session import Session, Statement, WorkRecord, WorkState
+
+GPU, CPU, MEMORY = 0, 1, 2
+_UNIT_NAMES = ("GPU", "CPU", "memory")
+
+
+def format_gpu(milli: int) -> str:
+    """`2000` -> "2 GPUs", `500` -> "0.5 GPU"."""
+    if milli % MILLI_PER_GPU == 0:
+        count = milli // MILLI_PER_GPU
+        return f"{count} GPU" if count == 1 else f"{count} GPUs"
+    return f"{milli / MILLI_PER_GPU:g} GPU"
+
+
+def _format_amount(resource: int, amount: int) -> str:
+    if resource == GPU:
+        return format_gpu(amount)
+    if resource == CPU:
+        return f"{amount / 1000:g} CPU"
+    return f"{amount} MiB of memory"
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What placing some tasks of a workload adds to its project: per resource."""
+
+    gpu_milli: int
+    cpu_milli: int
+    memory_mib: int
+
+    def amount(self, resource: int) -> int:
+        return (self.gpu_milli, self.cpu_milli, self.memory_mib)[resource]
+
+
+class CycleContext:
+    """Shared state of one cycle. Actions read and extend it; `cycle.py` turns it into output."""
+
+    def __init__(self, session: Session, placer: Placer) -> None:
+        self.session = session
+        self.placer = placer
+        self.bound: dict[int, None] = {}
+        """Works that started tasks this cycle, in order."""
+        self.evictions: list[Evict] = []
+        self.moves: list[Move] = []
+        self.pack_moves: list[Move] = []
+        self.spread_moves: list[Move] = []
+        self.reasons: dict[int, str] = {}
+        self.bind_reasons: dict[int, str] = {}
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def task_gpu_milli(self, spec: Workload) -> int:
+        """Per-task GPU charge; memory requests are estimated on the largest device."""
+        return spec.gpu.milli_on(self.session.max_device_memory_mib)
+
+    def ask(self, work: WorkRecord, task_count: int) -> Ask:
+        spec = work.spec
+        return Ask(
+            self.task_gpu_milli(spec) * task_count,
+            spec.cpu_milli * task_count,
+            spec.memory_mib * task_count,
+        )
+
+    def tasks_to_start(self, work: WorkRecord) -> tuple[list[int], list[int]]:
+        """(gang tasks that must start together, elastic extras that start when they fit)."""
+        missing = work.missing_tasks
+        if work.allocs:
+            return [], missing
+        gang = work.spec.gang_size
+        return missing[:gang], missing[gang:]
+
+    # --- policy checks ----------------------------------------------------------------------
+
+    def limit_problem(self, work: WorkRecord, ask: Ask) -> str | None:
+        """Why `ask` would take the project or a department above its limit, or None."""
+        for p in self.session.project_path(work):
+            record = self.session.projects[p]
+            limit = record.spec.limit
+            for resource, cap in enumerate((limit.gpu_milli, limit.cpu_milli, limit.memory_mib)):
+                if cap is not None and record.holding[resource] + ask.amount(resource) > cap:
+                    kind = "project" if p == work.project else "department"
+                    return (
+                        f"{kind} {record.name} is at its limit of {_format_amount(resource, cap)}"
+                        f" (holding {_format_amount(resource, record.holding[resource])})"
+                    )
+        return None
+
+    def quota_problem(self, work: WorkRecord, ask: Ask) -> str | None:
+        """G3: non-preemptible work only within quota, at every level. None if fine."""
+        if work.spec.is_preemptible:
+            return None
+        for p in self.session.project_path(work):
+            record = self.session.projects[p]
+            quota = record.spec.quota
+            for resource, amount in enumerate((quota.gpu_milli, quota.cpu_milli, quota.memory_mib)):
+                if resource != GPU and amount == 0:
+                    continue
+                held = record.nonpreemptible_holding[resource]
+                if held + ask.amount(resource) > amount:
+                    kind = "project" if p == work.project else "department"
+                    return (
+                        f"non-preemptible ({work.spec.type.value}) work must stay within quota:"
+                        f" {kind} {record.name} has a quota of {_format_amount(resource, amount)}"
+                        f" and already holds {_format_amount(resource, held)} of"
+                        " non-preemptible work"
+                    )
+        return None
+
+    def policy_problem(self, work: WorkRecord, task_count: int) -> str | None:
+        ask = self.ask(work, task_count)
+        return self.limit_problem(work, ask) or self.quota_problem(work, ask)
+
+    # --- placing ----------------------------------------------------------------------------
+
+    def place_tasks(
+        self, statement: Statement, work: WorkRecord, tasks: list[int], excluded: int | None = None
+    ) -> bool:
+        """Place `tasks` of `work` inside `statement`; False (partly placed) if one does not fit."""
+        for task in tasks:
+            alloc = self.placer.find(work.spec, task, excluded)
+            if alloc is None:
+                return False
+            statement.place(work, alloc)
+        return True
+
+    def place_extras(self, work: WorkRecord, extras: list[int]) -> None:
+        """Start elastic tasks above `min_available`, one at a time, while they fit."""
+        for task in extras:
+            if self.policy_problem(work, 1) is not None:
+                return
+            alloc = self.placer.find(work.spec, task)
+            if alloc is None:
+                return
+            Statement(self.session).place(work, alloc)
+
+    def mark_started(self, work: WorkRecord, reason: str) -> None:
+        work.state = WorkState.RUNNING
+        work.started_this_cycle = True
+        self.bound[work.index] = None
+        self.bind_reasons.setdefault(work.index, reason)
+        self.reasons.pop(work.index, None)
+
+    # --- pending reasons --------------------------------------------------------------------
+
+    def capacity_reason(self, work: WorkRecord, gang: list[int]) -> str:
+        """Why `gang` of `work` does not fit in the idle capacity, in a researcher's words."""
+        spec = work.spec
+        session = self.session
+        placer = self.placer
+        if not placer.selector_matches_any(spec):
+            wanted = ", ".join(f"{k} in [{', '.join(v)}]" for k, v in spec.node_selector)
+            return f"no node matches its node selector ({wanted})"
+        idle = format_gpu(session.idle_gpu_milli)
+        if spec.gpu.kind is GpuRequestKind.WHOLE:
+            per_task = spec.gpu.amount
+            if per_task > session.max_gpus_per_node:
+                return (
+                    f"needs {per_task} GPUs on one node, but the largest node has "
+                    f"{session.max_gpus_per_node}"
+                )
+            block = placer.largest_empty_block(spec)
+            if len(gang) > 1:
+                return (
+                    f"needs {len(gang)} tasks of {format_gpu(per_task * MILLI_PER_GPU)} each, "
+                    f"all placed together; {idle} idle, largest free block on one node is {block}"
+                )
+            if per_task > 1:
+                return f"needs {per_task} whole GPUs on one node; largest free block is {block}"
+            if session.idle_gpu_milli == 0:
+                return (
+                    f"needs 1 whole GPU; all {format_gpu(session.capacity_gpu_milli)} are allocated"
+                )
+            return f"needs 1 whole GPU; none is entirely free ({idle} idle, in parts of GPUs)"
+        largest = format_gpu(placer.largest_free_fraction(spec))
+        need = format_gpu(self.task_gpu_milli(spec))
+        if len(gang) > 1:
+            return (
+                f"needs {len(gang)} tasks of {need} each, all placed together; "
+                f"largest free part of a device is {largest}"
+            )
+        return f"needs {need} on one device; largest free part of a device is {largest}"

@@ -1,0 +1,207 @@
+"""Where a task goes: node and devices, using the session's capacity indexes.
+
+Whole-GPU tasks: bin-pack (the node with the fewest empty devices that still has enough) or
+spread (the most empty devices). Fractions: onto an already shared device before an empty one;
+among the shared candidates (tightest fit first, at most `fraction_candidates` of them) the one
+whose use leaves the cluster least fragmented for the shapes now waiting, fragmentation being
+the FGD paper's: GPU capacity that a task of a given shape could not use.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from gpupool.core.model import (
+    MILLI_PER_GPU,
+    GpuRequestKind,
+    PlacementStrategy,
+    Workload,
+)
+from gpupool.core.session import Session, TaskAlloc
+
+
+@dataclass(frozen=True, slots=True)
+class TaskShape:
+    """A per-task request as the fragmentation score sees it: whole devices or milli of one."""
+
+    whole_devices: int
+    fraction_milli: int
+    weight: int
+
+
+def workload_shapes(workloads: Iterable[Workload], limit: int = 8) -> tuple[TaskShape, ...]:
+    """The most common task shapes among `workloads`, weighted by task count."""
+    counts: dict[tuple[int, int], int] = {}
+    for w in workloads:
+        key = (
+            (w.gpu.amount, 0)
+            if w.gpu.kind is GpuRequestKind.WHOLE
+            else (0, w.gpu.amount if w.gpu.kind is GpuRequestKind.FRACTION else 500)
+        )
+        counts[key] = counts.get(key, 0) + w.tasks
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+    return tuple(TaskShape(k[0], k[1], c) for k, c in ranked)
+
+
+class Placer:
+    """Finds task placements in a session. One per cycle; holds per-cycle caches only."""
+
+    def __init__(self, session: Session, shapes: tuple[TaskShape, ...]) -> None:
+        self.session = session
+        self.shapes = shapes
+        self._selector_nodes: dict[tuple[tuple[str, tuple[str, ...]], ...], frozenset[int]] = {}
+
+    # --- node filters ---------------------------------------------------------------------
+
+    def _allowed(self, workload: Workload) -> frozenset[int] | None:
+        """Nodes the selector admits; None when there is no selector (all nodes)."""
+        selector = workload.node_selector
+        if not selector:
+            return None
+        nodes = self._selector_nodes.get(selector)
+        if nodes is None:
+            nodes = frozenset(
+                i
+                for i, node in enumerate(self.session.nodes)
+                if all(node.label(key) in values for key, values in selector)
+            )
+            self._selector_nodes[selector] = nodes
+        return nodes
+
+    def selector_matches_any(self, workload: Workload) -> bool:
+        allowed = self._allowed(workload)
+        return allowed is None or bool(allowed)
+
+    def _node_fits(
+        self, node: int, workload: Workload, allowed: frozenset[int] | None, excluded: int | None
+    ) -> bool:
+        s = self.session
+        return (
+            node != excluded
+            and (allowed is None or node in allowed)
+            and s.cpu_free[node] >= workload.cpu_milli
+            and s.memory_free[node] >= workload.memory_mib
+        )
+
+    # --- search ---------------------------------------------------------------------------
+
+    def find(
+        self, workload: Workload, task_index: int, excluded: int | None = None
+    ) -> TaskAlloc | None:
+        """A placement for one task of `workload`, or None. `excluded` is a node to avoid."""
+        if workload.gpu.kind is GpuRequestKind.WHOLE:
+            return self._find_whole(workload, task_index, excluded)
+        return self._find_shared(workload, task_index, excluded)
+
+    def _nodes_with_empty(self, at_least: int) -> Iterator[int]:
+        s = self.session
+        buckets = range(at_least, s.max_gpus_per_node + 1)
+        if s.settings.placement is PlacementStrategy.SPREAD:
+            buckets = range(s.max_gpus_per_node, at_least - 1, -1)
+        for count in buckets:
+            yield from s.nodes_by_empty[count]
+
+    def _find_whole(
+        self, workload: Workload, task_index: int, excluded: int | None
+    ) -> TaskAlloc | None:
+        s = self.session
+        needed = workload.gpu.amount
+        if needed > s.max_gpus_per_node:
+            return None
+        allowed = self._allowed(workload)
+        for node in self._nodes_with_empty(needed):
+            if not self._node_fits(node, workload, allowed, excluded):
+                continue
+            used = s.device_used[node]
+            devices = tuple(d for d in range(len(used)) if used[d] == 0)[:needed]
+            memory = s.nodes[node].gpu_memory_mib
+            return TaskAlloc(task_index, node, devices, MILLI_PER_GPU, memory)
+        return None
+
+    def _find_shared(
+        self, workload: Workload, task_index: int, excluded: int | None
+    ) -> TaskAlloc | None:
+        s = self.session
+        request = workload.gpu
+        allowed = self._allowed(workload)
+        smallest = request.milli_on(s.max_device_memory_mib)
+        best: TaskAlloc | None = None
+        best_score = 0
+        examined = 0
+        keys = s.shared_free_keys
+        start = bisect.bisect_left(keys, smallest)
+        for free in keys[start:]:
+            for node, device in s.shared_by_free[free]:
+                if not self._node_fits(node, workload, allowed, excluded):
+                    continue
+                device_memory = s.nodes[node].gpu_memory_mib
+                milli = request.milli_on(device_memory)
+                memory = request.memory_mib_on(device_memory)
+                if milli > free or s.device_memory_used[node][device] + memory > device_memory:
+                    continue
+                score = self._fragmentation_delta(node, device, milli)
+                if best is None or score < best_score:
+                    best = TaskAlloc(task_index, node, (device,), milli, memory)
+                    best_score = score
+                examined += 1
+                if examined >= s.settings.fraction_candidates:
+                    return best
+        if best is not None:
+            return best
+        for node in self._nodes_with_empty(1):
+            if not self._node_fits(node, workload, allowed, excluded):
+                continue
+            used = s.device_used[node]
+            device = used.index(0)
+            device_memory = s.nodes[node].gpu_memory_mib
+            return TaskAlloc(
+                task_index,
+                node,
+                (device,),
+                request.milli_on(device_memory),
+                request.memory_mib_on(device_memory),
+            )
+        return None
+
+    def _fragmentation_delta(self, node: int, device: int, milli: int) -> int:
+        """Change in expected fragmentation if `milli` more lands on an already shared device.
+
+        Using a shared device leaves the node's count of empty devices unchanged, so for every
+        whole-GPU shape the fragment shrinks by exactly `milli` whichever candidate is chosen:
+        only fractional shapes tell candidates apart. For those, a device's free part is a
+        fragment when it is smaller than the shape.
+        """
+        free_before = MILLI_PER_GPU - self.session.device_used[node][device]
+        free_after = free_before - milli
+        delta = 0
+        for shape in self.shapes:
+            if shape.whole_devices:
+                continue
+            before = free_before if free_before < shape.fraction_milli else 0
+            after = free_after if free_after < shape.fraction_milli else 0
+            delta += shape.weight * (after - before)
+        return delta
+
+    # --- what the pending reason can say --------------------------------------------------
+
+    def largest_empty_block(self, workload: Workload) -> int:
+        s = self.session
+        allowed = self._allowed(workload)
+        for count in range(s.max_gpus_per_node, 0, -1):
+            for node in s.nodes_by_empty[count]:
+                if self._node_fits(node, workload, allowed, None):
+                    return count
+        return 0
+
+    def largest_free_fraction(self, workload: Workload) -> int:
+        s = self.session
+        allowed = self._allowed(workload)
+        if self.largest_empty_block(workload) > 0:
+            return MILLI_PER_GPU
+        for free in reversed(s.shared_free_keys):
+            for node, _device in s.shared_by_free[free]:
+                if self._node_fits(node, workload, allowed, None):
+                    return free
+        return 0
