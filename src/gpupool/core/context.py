@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpupool.core.decisions import Evict, Move
-from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Workload
+from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind
 from gpupool.core.placement import Placer
 from gpupool.core.session import Session, Statement, WorkRecord, WorkState
 
@@ -58,14 +58,10 @@ class CycleContext:
 
     # --- requests ---------------------------------------------------------------------------
 
-    def task_gpu_milli(self, spec: Workload) -> int:
-        """Per-task GPU charge; memory requests are estimated on the largest device."""
-        return spec.gpu.milli_on(self.session.max_device_memory_mib)
-
     def ask(self, work: WorkRecord, task_count: int) -> Ask:
         spec = work.spec
         return Ask(
-            self.task_gpu_milli(spec) * task_count,
+            work.task_gpu_milli * task_count,
             spec.cpu_milli * task_count,
             spec.memory_mib * task_count,
         )
@@ -96,7 +92,7 @@ class CycleContext:
 
     def quota_problem(self, work: WorkRecord, ask: Ask) -> str | None:
         """G3: non-preemptible work only within quota, at every level. None if fine."""
-        if work.spec.is_preemptible:
+        if work.preemptible:
             return None
         for p in self.session.project_path(work):
             record = self.session.projects[p]
@@ -181,7 +177,7 @@ class CycleContext:
                 )
             return f"needs 1 whole GPU; none is entirely free ({idle} idle, in parts of GPUs)"
         largest = format_gpu(placer.largest_free_fraction(spec))
-        need = format_gpu(self.task_gpu_milli(spec))
+        need = format_gpu(work.task_gpu_milli)
         if len(gang) > 1:
             return (
                 f"needs {len(gang)} tasks of {need} each, all placed together; "

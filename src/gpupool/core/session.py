@@ -55,17 +55,24 @@ class WorkRecord:
         "allocs",
         "evicted_tasks",
         "index",
+        "preemptible",
+        "priority",
         "project",
         "spec",
         "started_this_cycle",
         "state",
+        "task_gpu_milli",
         "was_running",
     )
 
-    def __init__(self, index: int, spec: Workload, project: int) -> None:
+    def __init__(self, index: int, spec: Workload, project: int, task_gpu_milli: int) -> None:
         self.index = index
         self.spec = spec
         self.project = project
+        self.priority = spec.effective_priority
+        self.preemptible = spec.is_preemptible
+        self.task_gpu_milli = task_gpu_milli
+        """Per-task GPU charge; a memory request is estimated on the largest device."""
         self.allocs: dict[int, TaskAlloc] = {}
         self.state = WorkState.PENDING
         self.was_running = False
@@ -154,7 +161,9 @@ class Session:
                     f"workload {spec.name!r} is in {spec.project!r}, a department: "
                     "only projects (leaves) hold workloads"
                 )
-            record = WorkRecord(len(self.works), spec, project)
+            record = WorkRecord(
+                len(self.works), spec, project, spec.gpu.milli_on(self.max_device_memory_mib)
+            )
             self.work_index[spec.name] = record.index
             self.works.append(record)
             if spec.placements:
@@ -245,7 +254,7 @@ class Session:
     def _charge(self, work: WorkRecord, gpu_milli: int, sign: int) -> None:
         spec = work.spec
         amounts = (gpu_milli * sign, spec.cpu_milli * sign, spec.memory_mib * sign)
-        nonpreemptible = not spec.is_preemptible
+        nonpreemptible = not work.preemptible
         for p in self.projects[work.project].ancestors:
             record = self.projects[p]
             for r in range(3):

@@ -47,7 +47,7 @@ def queues_by_project(ctx: CycleContext) -> dict[int, list[WorkRecord]]:
         ):
             queues.setdefault(work.project, []).append(work)
     for queue in queues.values():
-        queue.sort(key=lambda w: (-w.spec.effective_priority, w.spec.submit_seq))
+        queue.sort(key=lambda w: (-w.priority, w.spec.submit_seq))
     return queues
 
 

@@ -16,6 +16,8 @@ tried again for that project in the same cycle.
 
 from __future__ import annotations
 
+import bisect
+
 from gpupool.core.actions.allocate import ShapeKey, shape_key, share_ratio
 from gpupool.core.actions.victims import VictimUnit, can_be_victim, evict_to_place, victim_units
 from gpupool.core.context import GPU, CycleContext, format_gpu
@@ -31,7 +33,7 @@ def _pending_in_order(ctx: CycleContext) -> list[WorkRecord]:
     pending.sort(
         key=lambda w: (
             share_ratio(ctx, w.project),
-            -w.spec.effective_priority,
+            -w.priority,
             w.spec.submit_seq,
         )
     )
@@ -59,17 +61,17 @@ def reclaim(ctx: CycleContext) -> None:
     victims: list[VictimUnit] | None = None
     victim_projects: list[int] = []
     for work in _pending_in_order(ctx):
-        gang, _extras = ctx.tasks_to_start(work)
-        if not gang or ctx.policy_problem(work, len(gang)) is not None:
+        gang, extras = ctx.tasks_to_start(work)
+        if not gang:
             continue
-        ask_gpu = ctx.ask(work, len(gang)).gpu_milli
-        guards = _reclaimer_guards(ctx, work, ask_gpu)
         leaf = session.projects[work.project]
-        if not guards[work.project]:
+        ask_gpu = work.task_gpu_milli * len(gang)
+        after = leaf.holding[GPU] + ask_gpu
+        if after > leaf.fair_share[GPU] and after > leaf.spec.quota.gpu_milli:
             _explain_no_reclaim(ctx, work, leaf, ask_gpu)
             continue
         key = (work.project, shape_key(work, len(gang)))
-        if key in failed:
+        if key in failed or ctx.policy_problem(work, len(gang)) is not None:
             continue
         if budget <= 0:
             _append_reason(ctx, work, "reclaim is bounded per cycle; it will be tried again")
@@ -79,6 +81,7 @@ def reclaim(ctx: CycleContext) -> None:
             victims = _reclaim_candidates(ctx)
             victim_projects = sorted({u.work.project for u in victims})
         path = session.project_path(work)
+        guards = _reclaimer_guards(ctx, work, ask_gpu)
         eligible = {
             p
             for p in victim_projects
@@ -99,7 +102,7 @@ def reclaim(ctx: CycleContext) -> None:
             return _justify(ctx, victim.project, work, path, guards)
 
         if evict_to_place(ctx, work, gang, candidates, justify, EvictionCause.RECLAIM):
-            ctx.place_extras(work, _extras)
+            ctx.place_extras(work, extras)
         else:
             failed.add(key)
             _append_reason(ctx, work, _NOTHING_TO_RECLAIM)
@@ -179,45 +182,47 @@ def _append_reason(ctx: CycleContext, work: WorkRecord, note: str) -> None:
 
 
 def preempt(ctx: CycleContext) -> None:
+    """G6. Victim order sorts by priority first, so lower-priority candidates are a prefix."""
     session = ctx.session
     budget = session.settings.max_reclaim_attempts_per_cycle
     failed: set[tuple[int, int, ShapeKey]] = set()
-    by_project: dict[int, list[VictimUnit]] = {}
+    by_project: dict[int, tuple[list[VictimUnit], list[int]]] | None = None
     for work in _pending_in_order(ctx):
+        if budget <= 0:
+            return
         gang, extras = ctx.tasks_to_start(work)
-        if not gang or ctx.policy_problem(work, len(gang)) is not None:
+        if not gang:
             continue
-        priority = work.spec.effective_priority
-        key = (work.project, priority, shape_key(work, len(gang)))
-        if key in failed or budget <= 0:
-            continue
-        units = by_project.get(work.project)
-        if units is None:
-            units = by_project[work.project] = _project_candidates(ctx, work.project)
-        candidates = [u for u in units if u.work.spec.effective_priority < priority]
-        if not candidates:
+        if by_project is None:
+            by_project = _candidates_by_project(ctx)
+        units, priorities = by_project.get(work.project, ([], []))
+        cut = bisect.bisect_left(priorities, work.priority)
+        key = (work.project, work.priority, shape_key(work, len(gang)))
+        if cut == 0 or key in failed or ctx.policy_problem(work, len(gang)) is not None:
             continue
         budget -= 1
 
         def justify(victim: WorkRecord, work: WorkRecord = work) -> str | None:
             return (
-                f"priority {victim.spec.effective_priority} yields to {work.name} of priority"
-                f" {work.spec.effective_priority} in the same project"
+                f"priority {victim.priority} yields to {work.name} of priority"
+                f" {work.priority} in the same project"
             )
 
-        if evict_to_place(ctx, work, gang, candidates, justify, EvictionCause.PREEMPT):
+        if evict_to_place(ctx, work, gang, units[:cut], justify, EvictionCause.PREEMPT):
             ctx.place_extras(work, extras)
         else:
             failed.add(key)
 
 
-def _project_candidates(ctx: CycleContext, project: int) -> list[VictimUnit]:
+def _candidates_by_project(ctx: CycleContext) -> dict[int, tuple[list[VictimUnit], list[int]]]:
+    """Per project: its victim units in victim order, and their priorities (ascending)."""
     session = ctx.session
-    units = [
-        unit
-        for work in session.works
-        if work.project == project and can_be_victim(session, work)
-        for unit in victim_units(work)
-    ]
-    units.sort(key=lambda u: u.order)
-    return units
+    units: dict[int, list[VictimUnit]] = {}
+    for work in session.works:
+        if can_be_victim(session, work):
+            units.setdefault(work.project, []).extend(victim_units(work))
+    result: dict[int, tuple[list[VictimUnit], list[int]]] = {}
+    for project, project_units in units.items():
+        project_units.sort(key=lambda u: u.order)
+        result[project] = (project_units, [u.order[0] for u in project_units])
+    return result

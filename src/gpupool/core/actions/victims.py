@@ -31,7 +31,7 @@ def victim_units(work: WorkRecord) -> list[VictimUnit]:
     """A running workload's units: elastic surplus tasks (highest index first), then the rest."""
     spec = work.spec
     started = spec.started_at_s if spec.started_at_s is not None else 0
-    base = (spec.effective_priority, -started, -spec.submit_seq)
+    base = (work.priority, -started, -spec.submit_seq)
     placed = sorted(work.allocs)
     surplus = placed[spec.gang_size :]
     units = [
@@ -45,7 +45,7 @@ def victim_units(work: WorkRecord) -> list[VictimUnit]:
 def can_be_victim(session: Session, work: WorkRecord) -> bool:
     """Preemptible, running since before this cycle, and past its min runtime (G7)."""
     spec = work.spec
-    if not spec.is_preemptible or work.state is not WorkState.RUNNING:
+    if not work.preemptible or work.state is not WorkState.RUNNING:
         return False
     if work.started_this_cycle or not work.allocs:
         return False
@@ -149,21 +149,25 @@ def _fits_back(session: Session, work: WorkRecord, alloc: TaskAlloc) -> bool:
 def _record(
     ctx: CycleContext, work: WorkRecord, evicted: list[_Evicted], cause: EvictionCause
 ) -> None:
+    """One Evict per victim: whole if nothing of it is left, else the tasks it lost."""
+    by_victim: dict[int, list[_Evicted]] = {}
     for item in evicted:
-        victim = item.unit.work
+        by_victim.setdefault(item.unit.work.index, []).append(item)
+    for items in by_victim.values():
+        victim = items[0].unit.work
         whole = victim.state is WorkState.EVICTED
-        tasks = () if whole else tuple(a.task_index for a in item.allocs)
+        tasks = () if whole else tuple(sorted(a.task_index for i in items for a in i.allocs))
         ctx.evictions.append(
             Evict(
                 workload=victim.name,
                 cause=cause,
-                reason=item.reason,
+                reason=items[0].reason,
                 task_indices=tasks,
                 for_workload=work.name,
             )
         )
         if whole:
-            ctx.reasons[victim.index] = f"evicted for {work.name}: {item.reason}"
+            ctx.reasons[victim.index] = f"evicted for {work.name}: {items[0].reason}"
     verb = "reclaimed" if cause is EvictionCause.RECLAIM else "preempted"
-    names = ", ".join(item.unit.work.name for item in evicted)
+    names = ", ".join(ctx.session.works[i].name for i in by_victim)
     ctx.mark_started(work, f"starts on GPUs {verb} from {names}")
