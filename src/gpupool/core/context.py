@@ -55,6 +55,8 @@ class CycleContext:
         self.spread_moves: list[Move] = []
         self.reasons: dict[int, str] = {}
         self.bind_reasons: dict[int, str] = {}
+        self.policy_blocked: set[int] = set()
+        """Works that a limit or G3 holds back this cycle: evicting others cannot help them."""
 
     # --- requests ---------------------------------------------------------------------------
 

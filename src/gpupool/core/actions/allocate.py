@@ -75,6 +75,7 @@ def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[ShapeKey, str
     problem = ctx.policy_problem(work, len(gang))
     if problem is not None:
         ctx.reasons[work.index] = problem
+        ctx.policy_blocked.add(work.index)
         return False
     key = shape_key(work, len(gang))
     cached = failed.get(key)

@@ -29,7 +29,11 @@ _NOTHING_TO_RECLAIM = "no over-quota work of other projects can be reclaimed to 
 
 
 def _pending_in_order(ctx: CycleContext) -> list[WorkRecord]:
-    pending = [w for w in ctx.session.works if w.state is WorkState.PENDING]
+    pending = [
+        w
+        for w in ctx.session.works
+        if w.state is WorkState.PENDING and w.index not in ctx.policy_blocked
+    ]
     pending.sort(
         key=lambda w: (
             share_ratio(ctx, w.project),

@@ -1,0 +1,333 @@
+"""Time one full scheduling cycle on synthetic, trace-shaped clusters of growing size.
+
+    .venv/bin/python benchmarks/cycle.py                       # 100, 1000 and 10000 nodes
+    .venv/bin/python benchmarks/cycle.py --nodes 1000 --repeat 5 --json
+    .venv/bin/python benchmarks/cycle.py --gc off      # the cycle without garbage collection
+
+For each size the snapshot comes from `cycle_workload.build_snapshot` (not timed); then
+`gpupool.core.cycle.run_cycle` runs `--repeat` times on it, with an observer that reads
+`time.perf_counter` around each phase, and the median of each column is reported. After the timed
+runs the decisions are checked for consistency (not timed): every decision names a workload in a
+state it can apply to, and the snapshot after the decisions passes `validate_snapshot`.
+
+Targets: a 1,000-node cycle in at most 500 ms, and 1k -> 10k nodes no worse than linear (<= 10x).
+Exit status: 0, or 1 when the decisions were inconsistent (missed targets do not change it), or 2
+when `run_cycle` does not exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import json
+import statistics
+import sys
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Protocol, cast
+
+from cycle_workload import (
+    build_snapshot,
+    snapshot_stats,
+    validate_decisions,
+    validate_snapshot,
+)
+from rich.console import Console
+from rich.table import Table
+
+from gpupool.core.apply import apply_decisions
+from gpupool.core.decisions import Bind, CycleResult, Evict, Move
+from gpupool.core.model import Snapshot
+from gpupool.core.observer import PHASES, CycleObserver
+
+TARGET_1K_MS = 500.0
+TARGET_SCALING_1K_10K = 10.0
+DEFAULT_NODES = (100, 1000, 10000)
+
+
+class RunCycle(Protocol):
+    def __call__(
+        self, snapshot: Snapshot, observer: CycleObserver | None = None
+    ) -> CycleResult: ...
+
+
+def load_run_cycle() -> RunCycle:
+    """`gpupool.core.cycle.run_cycle`, looked up at run time (the core may not have it yet)."""
+    module = importlib.import_module("gpupool.core.cycle")
+    return cast(RunCycle, module.run_cycle)
+
+
+class PhaseTimer:
+    """A `CycleObserver` that sums wall time per phase with `time.perf_counter`."""
+
+    def __init__(self) -> None:
+        self._started: dict[str, float] = {}
+        self.elapsed_s: dict[str, float] = defaultdict(float)
+
+    def phase_started(self, phase: str) -> None:
+        self._started[phase] = time.perf_counter()
+
+    def phase_finished(self, phase: str) -> None:
+        start = self._started.pop(phase, None)
+        if start is not None:
+            self.elapsed_s[phase] += time.perf_counter() - start
+
+
+@dataclass(slots=True)
+class SizeResult:
+    nodes: int
+    gpus: int
+    running: int
+    pending: int
+    generate_s: float
+    phases_ms: dict[str, float]
+    """Median over the repeats, per phase."""
+    unattributed_ms: float
+    """Median of (total - sum of phases): time in run_cycle outside any observed phase."""
+    total_ms: float
+    """Median wall time of the whole run_cycle call."""
+    totals_ms: list[float]
+    """Every repeat's total, in order."""
+    bind: int
+    evict: int
+    move: int
+    still_pending: int
+    """Workloads with a pending reason after the cycle."""
+    problems: list[str] = field(default_factory=list)
+    """Consistency problems found in the decisions (empty when all is well)."""
+
+
+GC_MODES = ("on", "freeze", "off")
+"""Garbage collector during the timed cycles: as is, with the snapshot frozen out of it
+(`gc.freeze()`, as a long-running driver might), or disabled."""
+
+
+def measure(
+    nodes: int, seed: int, repeat: int, run_cycle: RunCycle, gc_mode: str = "on"
+) -> SizeResult:
+    t0 = time.perf_counter()
+    snapshot = build_snapshot(nodes, seed)
+    generate_s = time.perf_counter() - t0
+    stats = snapshot_stats(snapshot)
+
+    per_phase: dict[str, list[float]] = {phase: [] for phase in PHASES}
+    totals: list[float] = []
+    unattributed: list[float] = []
+    result: CycleResult | None = None
+    for _ in range(repeat):
+        gc.collect()
+        if gc_mode == "freeze":
+            gc.freeze()
+        elif gc_mode == "off":
+            gc.disable()
+        try:
+            timer = PhaseTimer()
+            start = time.perf_counter()
+            result = run_cycle(snapshot, timer)
+            total = time.perf_counter() - start
+        finally:
+            gc.enable()
+            gc.unfreeze()
+        totals.append(total * 1000)
+        for phase in PHASES:
+            per_phase[phase].append(timer.elapsed_s.get(phase, 0.0) * 1000)
+        unattributed.append((total - sum(timer.elapsed_s.values())) * 1000)
+    assert result is not None
+
+    problems = validate_decisions(snapshot, result.decisions)
+    problems += validate_snapshot(apply_decisions(snapshot, result.decisions))
+    return SizeResult(
+        nodes=nodes,
+        gpus=stats.gpus,
+        running=stats.running,
+        pending=stats.pending,
+        generate_s=generate_s,
+        phases_ms={phase: statistics.median(values) for phase, values in per_phase.items()},
+        unattributed_ms=statistics.median(unattributed),
+        total_ms=statistics.median(totals),
+        totals_ms=totals,
+        bind=sum(1 for d in result.decisions if isinstance(d, Bind)),
+        evict=sum(1 for d in result.decisions if isinstance(d, Evict)),
+        move=sum(1 for d in result.decisions if isinstance(d, Move)),
+        still_pending=len(result.pending_reasons),
+        problems=problems,
+    )
+
+
+def _by_nodes(results: list[SizeResult], nodes: int) -> SizeResult | None:
+    return next((r for r in results if r.nodes == nodes), None)
+
+
+def targets(results: list[SizeResult]) -> dict[str, object]:
+    one_k = _by_nodes(results, 1000)
+    ten_k = _by_nodes(results, 10000)
+    out: dict[str, object] = {
+        "total_1k_ms": None if one_k is None else one_k.total_ms,
+        "target_1k_ms": TARGET_1K_MS,
+        "meets_1k": None if one_k is None else one_k.total_ms <= TARGET_1K_MS,
+        "scaling_1k_10k": None,
+        "target_scaling_1k_10k": TARGET_SCALING_1K_10K,
+        "meets_scaling": None,
+        "phase_scaling_1k_10k": None,
+    }
+    if one_k is not None and ten_k is not None and one_k.total_ms > 0:
+        factor = ten_k.total_ms / one_k.total_ms
+        out["scaling_1k_10k"] = factor
+        out["meets_scaling"] = factor <= TARGET_SCALING_1K_10K
+        out["phase_scaling_1k_10k"] = {
+            phase: (ten_k.phases_ms[phase] / one_k.phases_ms[phase])
+            if one_k.phases_ms[phase] > 0
+            else None
+            for phase in PHASES
+        }
+    return out
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.1f}"
+
+
+def render(
+    results: list[SizeResult], seed: int, repeat: int, gc_mode: str, console: Console
+) -> None:
+    table = Table(
+        title=f"gpupool: one scheduling cycle, ms (median of {repeat}, seed {seed}, gc {gc_mode})",
+        caption="snapshot generation is not timed; 'other' = total - sum of phases",
+    )
+    for column in ("nodes", "GPUs", "running", "pending"):
+        table.add_column(column, justify="right")
+    for phase in PHASES:
+        table.add_column(phase, justify="right")
+    table.add_column("other", justify="right")
+    table.add_column("total", justify="right", style="bold")
+    for column in ("bind", "evict", "move"):
+        table.add_column(column, justify="right")
+    for r in results:
+        table.add_row(
+            f"{r.nodes:,}",
+            f"{r.gpus:,}",
+            f"{r.running:,}",
+            f"{r.pending:,}",
+            *(_ms(r.phases_ms[phase]) for phase in PHASES),
+            _ms(r.unattributed_ms),
+            _ms(r.total_ms),
+            f"{r.bind:,}",
+            f"{r.evict:,}",
+            f"{r.move:,}",
+        )
+    goals = targets(results)
+    phase_scaling = goals["phase_scaling_1k_10k"]
+    if isinstance(phase_scaling, dict):
+        factor = goals["scaling_1k_10k"]
+        table.add_section()
+        table.add_row(
+            "1k→10k",
+            "",
+            "",
+            "",
+            *(
+                "n/a" if phase_scaling[phase] is None else f"{phase_scaling[phase]:.1f}x"
+                for phase in PHASES
+            ),
+            "",
+            f"{factor:.1f}x" if isinstance(factor, float) else "n/a",
+            "",
+            "",
+            "",
+        )
+    console.print(table)
+
+    meets_1k = goals["meets_1k"]
+    if meets_1k is None:
+        console.print("1,000-node target (<= 500 ms): not measured (add 1000 to --nodes)")
+    else:
+        verdict = "[green]met[/green]" if meets_1k else "[red]missed[/red]"
+        console.print(
+            f"1,000-node target (<= {TARGET_1K_MS:.0f} ms): {verdict} "
+            f"({_ms(cast(float, goals['total_1k_ms']))} ms)"
+        )
+    meets_scaling = goals["meets_scaling"]
+    if meets_scaling is None:
+        console.print("Scaling 1k→10k (<= 10x): not measured (needs 1000 and 10000 in --nodes)")
+    else:
+        verdict = "[green]met[/green]" if meets_scaling else "[red]missed[/red]"
+        console.print(
+            f"Scaling 1k→10k (<= {TARGET_SCALING_1K_10K:.0f}x, linear): {verdict} "
+            f"({cast(float, goals['scaling_1k_10k']):.2f}x)"
+        )
+    for r in results:
+        console.print(
+            f"[dim]{r.nodes:,} nodes: generated in {r.generate_s:.2f} s; totals "
+            f"{', '.join(_ms(t) for t in r.totals_ms)} ms; "
+            f"{r.still_pending:,} still pending[/dim]"
+        )
+        if r.problems:
+            console.print(f"[red]{r.nodes:,} nodes: inconsistent decisions:[/red]")
+            for text in r.problems:
+                console.print(f"  [red]- {text}[/red]")
+
+
+def parse_nodes(text: str) -> list[int]:
+    try:
+        sizes = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text}") from exc
+    if not sizes or any(n < 1 for n in sizes):
+        raise argparse.ArgumentTypeError("node counts must be positive integers")
+    return sizes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--nodes",
+        type=parse_nodes,
+        default=list(DEFAULT_NODES),
+        help="comma-separated cluster sizes in nodes of 8 GPUs (default: 100,1000,10000)",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="cycles per size; the median is reported"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic workload")
+    parser.add_argument(
+        "--gc",
+        choices=GC_MODES,
+        default="on",
+        help="garbage collector during the timed cycles (default: on)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+
+    try:
+        run_cycle = load_run_cycle()
+    except (ImportError, AttributeError) as exc:
+        print(f"gpupool.core.cycle.run_cycle is not available: {exc}", file=sys.stderr)
+        return 2
+
+    console = Console(stderr=True) if args.json else Console()
+    results: list[SizeResult] = []
+    for nodes in args.nodes:
+        with console.status(f"{nodes:,} nodes..."):
+            results.append(measure(nodes, args.seed, args.repeat, run_cycle, args.gc))
+
+    if args.json:
+        payload = {
+            "seed": args.seed,
+            "repeat": args.repeat,
+            "gc": args.gc,
+            "python": sys.version.split()[0],
+            "results": [asdict(r) for r in results],
+            "targets": targets(results),
+        }
+        print(json.dumps(payload, indent=2))
+    else:
+        render(results, args.seed, args.repeat, args.gc, console)
+    return 1 if any(r.problems for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The `gpupool` command line."""

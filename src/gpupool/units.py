@@ -1,0 +1,154 @@
+"""Parsing of user-written amounts into the core's integer units, once, at the edge.
+
+Users write GPU amounts the way they think of them (`2`, `0.5`); inside gpupool every GPU amount
+is an integer in milli-GPU (1000 = one device) so that no float comparison ever decides
+admission. The conversion goes through `Decimal(str(value))`: `0.1` becomes exactly 100 milli,
+not 100.00000000000000555.
+
+Every function raises `ValueError` with a message that says what was wrong and how to fix it; the
+callers (scenario loader, API) add the file, line and key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from gpupool.core.model import MILLI_PER_GPU, GpuRequest
+
+__all__ = ["GpuAmount", "format_gpu_milli", "parse_gpu", "parse_gpu_limit", "parse_gpu_quota"]
+
+_MILLI = Decimal(MILLI_PER_GPU)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuAmount:
+    """A per-task GPU request: either `devices` whole devices, or `milli` of one device.
+
+    Exactly one of the two shapes holds: `devices >= 1 and milli == devices * 1000`, or
+    `devices == 0 and 0 < milli < 1000`.
+    """
+
+    devices: int
+    milli: int
+
+    @staticmethod
+    def whole(devices: int) -> GpuAmount:
+        return GpuAmount(devices=devices, milli=devices * MILLI_PER_GPU)
+
+    @staticmethod
+    def fraction(milli: int) -> GpuAmount:
+        return GpuAmount(devices=0, milli=milli)
+
+    @property
+    def is_whole(self) -> bool:
+        return self.devices > 0
+
+    def to_request(self, limit_milli: int | None = None) -> GpuRequest:
+        """The core's request for one task; `limit_milli` (dynamic fraction) only for fractions."""
+        if self.is_whole:
+            if limit_milli is not None:
+                raise ValueError("gpu_limit applies to a fractional gpu only (like gpu: 0.5)")
+            return GpuRequest.whole(self.devices)
+        return GpuRequest.fraction(self.milli, limit_milli)
+
+
+def _to_decimal(value: object, what: str, example: str) -> Decimal:
+    """`value` as an exact Decimal; bools, non-numbers, NaN and infinities are rejected."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
+        raise ValueError(f"{what} must be a number like {example} (got {_show(value)})")
+    try:
+        number = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise ValueError(f"{what} must be a number like {example} (got {_show(value)})") from None
+    if not number.is_finite():
+        raise ValueError(f"{what} must be a finite number like {example} (got {_show(value)})")
+    return number
+
+
+def _show(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "nothing"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, int | float | Decimal):
+        return str(value)
+    return type(value).__name__
+
+
+def _plain(number: Decimal) -> str:
+    """`1.50` -> `1.5`, `2.0` -> `2`, `1E+1` -> `10`: how a user would write it."""
+    return format(number.normalize(), "f")
+
+
+def _milli_exact(number: Decimal, what: str) -> int:
+    scaled = number * _MILLI
+    if scaled != scaled.to_integral_value():
+        raise ValueError(
+            f"{what} must be a whole number of milli-GPU (1/1000 of a device), "
+            f"so at most 3 decimals (got {_plain(number)})"
+        )
+    return int(scaled)
+
+
+def parse_gpu(value: object) -> GpuAmount:
+    """A per-task GPU request: an integer >= 1 (whole devices) or a fraction 0 < x < 1.
+
+    >>> parse_gpu(2)
+    GpuAmount(devices=2, milli=2000)
+    >>> parse_gpu(0.5)
+    GpuAmount(devices=0, milli=500)
+    """
+    number = _to_decimal(value, "gpu", "1, 2 or 0.5")
+    if number <= 0:
+        raise ValueError(
+            f"gpu must be more than 0 (got {_plain(number)}): use a whole number of devices "
+            "like 1 or 2, or a fraction of one like 0.5"
+        )
+    if number >= 1:
+        if number != number.to_integral_value():
+            low = int(number)
+            raise ValueError(
+                f"a fraction must be between 0 and 1 (got {_plain(number)}): a task takes "
+                f"either whole GPUs or a fraction of one: use gpu: {low} or gpu: {low + 1}, "
+                "or split into tasks"
+            )
+        return GpuAmount.whole(int(number))
+    return GpuAmount.fraction(_milli_exact(number, "a fractional gpu"))
+
+
+def parse_gpu_limit(value: object, request: GpuAmount) -> int:
+    """The dynamic-fraction limit for a fractional `request`, in milli: request <= limit <= 1."""
+    if request.is_whole:
+        raise ValueError(
+            "gpu_limit applies to a fractional gpu only (like gpu: 0.25 with gpu_limit: 0.8); "
+            "a whole-GPU task already has its devices to itself"
+        )
+    number = _to_decimal(value, "gpu_limit", "0.8 or 1")
+    if number <= 0 or number > 1:
+        raise ValueError(
+            f"gpu_limit must be more than 0 and at most 1 device (got {_plain(number)})"
+        )
+    limit = _milli_exact(number, "gpu_limit")
+    if limit < request.milli:
+        raise ValueError(
+            f"gpu_limit ({_plain(number)}) must be at least the request "
+            f"(gpu: {format_gpu_milli(request.milli)}): the request is guaranteed, the limit is "
+            "what the task may use on top while it is idle"
+        )
+    return limit
+
+
+def parse_gpu_quota(value: object) -> int:
+    """A GPU amount for a quota, limit or share, in milli: >= 0, may be fractional (`2.5`)."""
+    number = _to_decimal(value, "gpu", "4 or 2.5")
+    if number < 0:
+        raise ValueError(f"gpu must be 0 or more (got {_plain(number)})")
+    return _milli_exact(number, "gpu")
+
+
+def format_gpu_milli(milli: int) -> str:
+    """Milli-GPU as a user writes GPUs: 2000 -> `2`, 500 -> `0.5`, 2250 -> `2.25`."""
+    return _plain(Decimal(milli) / _MILLI)
