@@ -139,6 +139,8 @@ class CycleContext:
             if alloc is None:
                 return
             Statement(self.session).place(work, alloc)
+            if work.index not in self.bound:
+                self.mark_started(work, "elastic task fits in idle capacity")
 
     def mark_started(self, work: WorkRecord, reason: str) -> None:
         work.state = WorkState.RUNNING
@@ -158,6 +160,9 @@ class CycleContext:
             wanted = ", ".join(f"{k} in [{', '.join(v)}]" for k, v in spec.node_selector)
             return f"no node matches its node selector ({wanted})"
         idle = format_gpu(session.idle_gpu_milli)
+        cpu_memory = self._cpu_memory_reason(work)
+        if cpu_memory is not None:
+            return cpu_memory
         if spec.gpu.kind is GpuRequestKind.WHOLE:
             per_task = spec.gpu.amount
             if per_task > session.max_gpus_per_node:
@@ -186,3 +191,28 @@ class CycleContext:
                 f"largest free part of a device is {largest}"
             )
         return f"needs {need} on one device; largest free part of a device is {largest}"
+
+    def _cpu_memory_reason(self, work: WorkRecord) -> str | None:
+        """A reason when GPUs would fit somewhere but CPU or memory does not, else None."""
+        spec = work.spec
+        if spec.cpu_milli == 0 and spec.memory_mib == 0:
+            return None
+        placer = self.placer
+        if spec.gpu.kind is GpuRequestKind.WHOLE:
+            gpu_only = placer.largest_empty_block(spec, count_cpu_memory=False)
+            fits_gpu_only = gpu_only >= spec.gpu.amount
+            fits = placer.largest_empty_block(spec) >= spec.gpu.amount
+        else:
+            fits_gpu_only = placer.largest_free_fraction(spec, False) >= work.task_gpu_milli
+            fits = placer.largest_free_fraction(spec) >= work.task_gpu_milli
+        if not fits_gpu_only or fits:
+            return None
+        wanted = []
+        if spec.cpu_milli:
+            wanted.append(_format_amount(CPU, spec.cpu_milli))
+        if spec.memory_mib:
+            wanted.append(_format_amount(MEMORY, spec.memory_mib))
+        return (
+            f"needs {' and '.join(wanted)} per task beside its GPUs; no node with enough idle"
+            " GPUs has that much CPU and memory free"
+        )

@@ -75,14 +75,24 @@ class Placer:
         return allowed is None or bool(allowed)
 
     def _node_fits(
-        self, node: int, workload: Workload, allowed: frozenset[int] | None, excluded: int | None
+        self,
+        node: int,
+        workload: Workload,
+        allowed: frozenset[int] | None,
+        excluded: int | None,
+        count_cpu_memory: bool = True,
     ) -> bool:
         s = self.session
         return (
             node != excluded
             and (allowed is None or node in allowed)
-            and s.cpu_free[node] >= workload.cpu_milli
-            and s.memory_free[node] >= workload.memory_mib
+            and (
+                not count_cpu_memory
+                or (
+                    s.cpu_free[node] >= workload.cpu_milli
+                    and s.memory_free[node] >= workload.memory_mib
+                )
+            )
         )
 
     # --- search ---------------------------------------------------------------------------
@@ -186,22 +196,24 @@ class Placer:
 
     # --- what the pending reason can say --------------------------------------------------
 
-    def largest_empty_block(self, workload: Workload) -> int:
+    def largest_empty_block(self, workload: Workload, count_cpu_memory: bool = True) -> int:
+        """Most empty devices on one node the workload may use (with room for its CPU/memory)."""
         s = self.session
         allowed = self._allowed(workload)
         for count in range(s.max_gpus_per_node, 0, -1):
             for node in s.nodes_by_empty[count]:
-                if self._node_fits(node, workload, allowed, None):
+                if self._node_fits(node, workload, allowed, None, count_cpu_memory):
                     return count
         return 0
 
-    def largest_free_fraction(self, workload: Workload) -> int:
+    def largest_free_fraction(self, workload: Workload, count_cpu_memory: bool = True) -> int:
+        """Largest free part of one device the workload may use, in milli-GPU."""
         s = self.session
         allowed = self._allowed(workload)
-        if self.largest_empty_block(workload) > 0:
+        if self.largest_empty_block(workload, count_cpu_memory) > 0:
             return MILLI_PER_GPU
         for free in reversed(s.shared_free_keys):
             for node, _device in s.shared_by_free[free]:
-                if self._node_fits(node, workload, allowed, None):
+                if self._node_fits(node, workload, allowed, None, count_cpu_memory):
                     return free
         return 0

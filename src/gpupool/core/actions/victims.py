@@ -103,29 +103,59 @@ def evict_to_place(
             victim.state = WorkState.EVICTED
         evicted.append(_Evicted(unit, allocs, reason))
         attempt = Statement(session)
-        if ctx.place_tasks(attempt, work, gang):
-            _restore_unneeded(statement, evicted)
-            statement.commit()
-            attempt.commit()
-            _record(ctx, work, evicted, cause)
-            return True
+        fits = ctx.place_tasks(attempt, work, gang)
         attempt.rollback()
+        if fits:
+            _restore_unneeded(ctx, statement, evicted, work, gang)
+            final = Statement(session, parent=statement)
+            if ctx.place_tasks(final, work, gang):
+                final.commit()
+                statement.commit()
+                _record(ctx, work, evicted, cause)
+                return True
+            final.rollback()
+            break
     statement.rollback()
     for item in evicted:
         item.unit.work.state = WorkState.RUNNING
     return False
 
 
-def _restore_unneeded(statement: Statement, evicted: list[_Evicted]) -> None:
-    """G10: put back each victim whose old place is still free with the new work placed."""
+def _restore_unneeded(
+    ctx: CycleContext,
+    statement: Statement,
+    evicted: list[_Evicted],
+    work: WorkRecord,
+    gang: list[int],
+) -> None:
+    """G10: give back every victim the pending workload can do without.
+
+    The least preferred victims (the last taken) are tried first: put back where it was (task
+    by task, each checked against the state after the previous ones, since two tasks of one
+    victim may share a device), then the pending workload is placed afresh; if it no longer
+    fits, the victim is taken again. An elastic surplus task comes back only if the rest of its
+    workload still runs (G9).
+    """
     session = statement.session
     for item in reversed(evicted):
         victim = item.unit.work
-        if all(_fits_back(session, victim, alloc) for alloc in item.allocs):
-            for alloc in item.allocs:
-                statement.place(victim, alloc)
+        if item.unit.task_indices and victim.state is WorkState.EVICTED:
+            continue
+        restored: list[TaskAlloc] = []
+        for alloc in item.allocs:
+            if not _fits_back(session, victim, alloc):
+                break
+            statement.place(victim, alloc)
+            restored.append(alloc)
+        trial = Statement(session)
+        still_fits = len(restored) == len(item.allocs) and ctx.place_tasks(trial, work, gang)
+        trial.rollback()
+        if still_fits:
             victim.state = WorkState.RUNNING
             item.allocs.clear()
+        else:
+            for alloc in restored:
+                statement.remove(victim, alloc.task_index)
     evicted[:] = [item for item in evicted if item.allocs]
 
 

@@ -1,0 +1,512 @@
+"""Property tests: random clusters, project trees and workloads, cycled with zero-grace eviction.
+
+After every cycle: G1 capacity, G3 non-preemptible holding within quota at every level, limits
+never exceeded, G4 reclaim only of preemptible work of another project that was above its quota
+or fair share (at the leaf and where the two projects' paths part), G6 preemption only inside a
+project and of lower priority, G7 no victim under its min runtime, G9 gangs, a reason for every
+pending workload. At the end: G8 a fixed point within a bound, then 5 quiet cycles; and G11 no
+pending workload that fits on idle capacity is left waiting at the fixed point.
+
+The generated starting state is itself valid: running work is placed greedily within capacity,
+limits, and (non-preemptible work) quota.
+
+Set CI=1 to derandomize (the same examples on every run).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpupool.core.apply import apply_decisions
+from gpupool.core.cycle import run_cycle
+from gpupool.core.decisions import Bind, CycleResult, Evict, EvictionCause
+from gpupool.core.model import (
+    MILLI_PER_GPU,
+    NO_LIMITS,
+    GpuRequest,
+    Limits,
+    Node,
+    PlacementStrategy,
+    Project,
+    Resources,
+    SchedulerSettings,
+    Snapshot,
+    TaskPlacement,
+    Workload,
+    WorkloadType,
+)
+
+from .helpers import (
+    check_decisions,
+    check_pending_reasons,
+    check_placements,
+    share,
+)
+
+NOW_S = 1000
+MAX_CYCLES = 40
+QUIET_CYCLES = 5
+
+PROPERTY_SETTINGS = settings(
+    max_examples=int(os.environ.get("GPUPOOL_PROPERTY_EXAMPLES", "60")),
+    deadline=None,
+    derandomize=bool(os.environ.get("CI")),
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+# --------------------------------------------------------------------------------------------
+# The project tree
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tree:
+    projects: dict[str, Project]
+
+    def path(self, name: str) -> list[str]:
+        """`name` and its ancestors, leaf first."""
+        out = [name]
+        parent = self.projects[name].parent
+        while parent is not None:
+            out.append(parent)
+            parent = self.projects[parent].parent
+        return out
+
+    def children(self, name: str | None) -> list[str]:
+        return [p.name for p in self.projects.values() if p.parent == name]
+
+    def parting(self, victim: str, reclaimer: str) -> str:
+        """The victim-side node of the tree where the two paths part (below their last common)."""
+        pv, pr = self.path(victim)[::-1], self.path(reclaimer)[::-1]
+        for a, b in zip(pv, pr, strict=False):
+            if a != b:
+                return a
+        raise AssertionError(f"{victim} and {reclaimer} do not part")
+
+
+def task_milli(w: Workload, nodes: dict[str, Node], node_name: str) -> int:
+    return w.gpu.milli_on(nodes[node_name].gpu_memory_mib)
+
+
+def holdings(s: Snapshot, tree: Tree, *, non_preemptible_only: bool = False) -> dict[str, int]:
+    """GPU milli held by every project and department (charged, cluster view)."""
+    nodes = {n.name: n for n in s.nodes}
+    out: dict[str, int] = defaultdict(int)
+    for w in s.workloads:
+        if non_preemptible_only and w.is_preemptible:
+            continue
+        held = sum(task_milli(w, nodes, p.node) for p in w.placements)
+        for name in tree.path(w.project):
+            out[name] += held
+    return out
+
+
+def min_runtime_s(w: Workload, tree: Tree) -> int:
+    if w.min_runtime_s is not None:
+        return w.min_runtime_s
+    return tree.projects[w.project].min_runtime_s
+
+
+# --------------------------------------------------------------------------------------------
+# Generators
+# --------------------------------------------------------------------------------------------
+
+GPU_QUOTAS = st.integers(0, 16).map(lambda half_gpus: half_gpus * 500)
+WEIGHTS = st.sampled_from([0, 1, 1, 1, 2, 3])
+
+
+@st.composite
+def limits(draw: st.DrawFn) -> Limits:
+    if draw(st.integers(0, 5)) == 0:
+        return Limits(gpu_milli=draw(st.integers(1, 12)) * MILLI_PER_GPU)
+    return NO_LIMITS
+
+
+@st.composite
+def project_trees(draw: st.DrawFn) -> tuple[Project, ...]:
+    departments = [
+        Project(
+            name=f"dept{i}",
+            quota=Resources(gpu_milli=draw(GPU_QUOTAS)),
+            over_quota_weight=draw(WEIGHTS),
+            limit=draw(limits()),
+            priority=draw(st.integers(0, 1)),
+        )
+        for i in range(draw(st.integers(0, 2)))
+    ]
+    parents = [None, *(d.name for d in departments)]
+    projects = [
+        Project(
+            name=f"p{i}",
+            parent=draw(st.sampled_from(parents)),
+            quota=Resources(gpu_milli=draw(GPU_QUOTAS)),
+            over_quota_weight=draw(WEIGHTS),
+            limit=draw(limits()),
+            priority=draw(st.integers(0, 1)),
+            min_runtime_s=draw(st.sampled_from([0, 0, 0, 300])),
+        )
+        for i in range(draw(st.integers(1, 5)))
+    ]
+    return (*departments, *projects)
+
+
+@st.composite
+def workloads(draw: st.DrawFn, index: int, leaves: list[str]) -> tuple[Workload, bool, int]:
+    """A pending workload, whether it should start out running, and how many tasks then."""
+    if draw(st.booleans()):
+        gpu = GpuRequest.whole(draw(st.sampled_from([1, 1, 1, 2, 2, 3, 4])))
+    else:
+        gpu = GpuRequest.fraction(draw(st.integers(2, 18)) * 50)
+    tasks = draw(st.sampled_from([1, 1, 1, 2, 3]))
+    min_available = draw(st.one_of(st.none(), st.integers(1, tasks)))
+    w = Workload(
+        name=f"w{index}",
+        project=draw(st.sampled_from(leaves)),
+        type=draw(
+            st.sampled_from(
+                [WorkloadType.TRAIN] * 4 + [WorkloadType.INTERACTIVE, WorkloadType.INFERENCE]
+            )
+        ),
+        gpu=gpu,
+        tasks=tasks,
+        min_available=min_available,
+        priority=draw(st.one_of(st.none(), st.none(), st.sampled_from([10, 50, 90, 150]))),
+        preemptible=draw(st.sampled_from([None, None, None, True, False])),
+        cpu_milli=draw(st.sampled_from([0, 0, 2000, 8000])),
+        memory_mib=draw(st.sampled_from([0, 0, 16384, 65536])),
+        min_runtime_s=draw(st.sampled_from([None, None, None, 0, 600])),
+        submit_seq=index,
+    )
+    gang = w.gang_size
+    return w, draw(st.booleans()), draw(st.integers(gang, tasks))
+
+
+class Capacity:
+    """Free capacity while the generator places running work greedily (first fit)."""
+
+    def __init__(self, nodes: tuple[Node, ...]) -> None:
+        self.nodes = nodes
+        self.charged: dict[tuple[str, int], int] = defaultdict(int)
+        self.cpu: dict[str, int] = defaultdict(int)
+        self.mem: dict[str, int] = defaultdict(int)
+
+    def _room(self, n: Node, w: Workload) -> bool:
+        cpu_ok = n.cpu_milli is None or self.cpu[n.name] + w.cpu_milli <= n.cpu_milli
+        mem_ok = n.memory_mib is None or self.mem[n.name] + w.memory_mib <= n.memory_mib
+        return cpu_ok and mem_ok
+
+    def devices_for(self, n: Node, w: Workload) -> tuple[int, ...] | None:
+        """Devices on `n` where one task of `w` fits now, or None."""
+        if not self._room(n, w):
+            return None
+        if w.gpu.is_shared:
+            need = w.gpu.milli_on(n.gpu_memory_mib)
+            for d in range(n.gpu_count):
+                if self.charged[(n.name, d)] + need <= MILLI_PER_GPU:
+                    return (d,)
+            return None
+        free = [d for d in range(n.gpu_count) if self.charged[(n.name, d)] == 0]
+        if len(free) < w.gpu.amount:
+            return None
+        return tuple(free[: w.gpu.amount])
+
+    def take(self, n: Node, w: Workload, devices: tuple[int, ...]) -> None:
+        for d in devices:
+            self.charged[(n.name, d)] += w.gpu.milli_on(n.gpu_memory_mib)
+        self.cpu[n.name] += w.cpu_milli
+        self.mem[n.name] += w.memory_mib
+
+    def place(self, w: Workload, count: int) -> tuple[TaskPlacement, ...] | None:
+        """First-fit `count` tasks of `w`, all or none."""
+        placed: list[tuple[Node, tuple[int, ...]]] = []
+        for _ in range(count):
+            spot = next(
+                ((n, devs) for n in self.nodes if (devs := self.devices_for(n, w)) is not None),
+                None,
+            )
+            if spot is None:
+                for n, devs in placed:
+                    self.release(n, w, devs)
+                return None
+            self.take(spot[0], w, spot[1])
+            placed.append(spot)
+        return tuple(
+            TaskPlacement(task_index=i, node=n.name, devices=devs)
+            for i, (n, devs) in enumerate(placed)
+        )
+
+    def release(self, n: Node, w: Workload, devices: tuple[int, ...]) -> None:
+        for d in devices:
+            self.charged[(n.name, d)] -= w.gpu.milli_on(n.gpu_memory_mib)
+        self.cpu[n.name] -= w.cpu_milli
+        self.mem[n.name] -= w.memory_mib
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> Snapshot:
+    nodes = tuple(
+        Node(
+            name=f"n{i}",
+            gpu_count=draw(st.integers(1, 8)),
+            cpu_milli=draw(st.sampled_from([None, None, 32000, 64000])),
+            memory_mib=draw(st.sampled_from([None, None, 131072, 262144])),
+        )
+        for i in range(draw(st.integers(1, 6)))
+    )
+    projects = draw(project_trees())
+    tree = Tree({p.name: p for p in projects})
+    leaves = [p.name for p in projects if p.name.startswith("p")]
+    capacity = Capacity(nodes)
+    held: dict[str, int] = defaultdict(int)
+    held_np: dict[str, int] = defaultdict(int)
+    out: list[Workload] = []
+    # Contention makes reclaim happen: one project tends to hold the cluster at the start.
+    hog = draw(st.sampled_from(leaves))
+    for index in range(draw(st.integers(2, 16))):
+        w, start_running, count = draw(workloads(index, leaves))
+        if start_running or w.project == hog:
+            w = _start(w, count, tree, capacity, held, held_np, draw)
+        out.append(w)
+    return Snapshot(
+        nodes=nodes,
+        projects=projects,
+        workloads=tuple(out),
+        now_s=NOW_S,
+        settings=SchedulerSettings(placement=draw(st.sampled_from(list(PlacementStrategy)))),
+    )
+
+
+def _start(
+    w: Workload,
+    count: int,
+    tree: Tree,
+    capacity: Capacity,
+    held: dict[str, int],
+    held_np: dict[str, int],
+    draw: st.DrawFn,
+) -> Workload:
+    """`w` running `count` tasks, if that keeps capacity, limits and (G3) quota; else `w`."""
+    placements = capacity.place(w, count)
+    if placements is None:
+        return w
+    nodes = {n.name: n for n in capacity.nodes}
+    amount = sum(task_milli(w, nodes, p.node) for p in placements)
+    path = tree.path(w.project)
+    within_limits = all(
+        (cap := tree.projects[name].limit.gpu_milli) is None or held[name] + amount <= cap
+        for name in path
+    )
+    within_quota = w.is_preemptible or all(
+        held_np[name] + amount <= tree.projects[name].quota.gpu_milli for name in path
+    )
+    if not (within_limits and within_quota):
+        for p in placements:
+            capacity.release(nodes[p.node], w, p.devices)
+        return w
+    for name in path:
+        held[name] += amount
+        if not w.is_preemptible:
+            held_np[name] += amount
+    return replace(w, placements=placements, started_at_s=draw(st.integers(0, NOW_S)))
+
+
+# --------------------------------------------------------------------------------------------
+# Per-cycle checks
+# --------------------------------------------------------------------------------------------
+
+
+def check_quota_and_limits(s: Snapshot, tree: Tree) -> None:
+    """G3 at every level, and limits never exceeded (the generator starts within both)."""
+    held = holdings(s, tree)
+    held_np = holdings(s, tree, non_preemptible_only=True)
+    for name, p in tree.projects.items():
+        assert held_np[name] <= p.quota.gpu_milli, (
+            f"G3: non-preemptible holding of {name} is {held_np[name]} > quota {p.quota.gpu_milli}"
+        )
+        cap = p.limit.gpu_milli
+        assert cap is None or held[name] <= cap, f"limit: {name} holds {held[name]} > {cap}"
+
+
+def check_evictions(before: Snapshot, result: CycleResult, tree: Tree) -> None:
+    """G4, G6, G7 for every eviction of this cycle."""
+    by_name = {w.name: w for w in before.workloads}
+    # "Just before that eviction" a project may also hold what this cycle bound for it earlier:
+    # count every bind of the cycle, the most it can hold at any point of the cycle.
+    held = holdings(before, tree)
+    nodes = {n.name: n for n in before.nodes}
+    for d in result.decisions:
+        if isinstance(d, Bind):
+            w = by_name[d.workload]
+            for name in tree.path(w.project):
+                held[name] += sum(task_milli(w, nodes, p.node) for p in d.placements)
+    for d in result.decisions:
+        if not isinstance(d, Evict):
+            continue
+        victim = by_name[d.workload]
+        assert victim.started_at_s is not None, f"{victim.name} runs with no start time"
+        ran = before.now_s - victim.started_at_s
+        assert ran >= min_runtime_s(victim, tree), (
+            f"G7: {victim.name} evicted after {ran}s, min runtime {min_runtime_s(victim, tree)}s"
+        )
+        assert victim.is_preemptible, f"G4/G6: non-preemptible {victim.name} evicted: {d}"
+        assert d.for_workload is not None, f"eviction names no beneficiary: {d}"
+        winner = by_name[d.for_workload]
+        if d.cause is EvictionCause.PREEMPT:
+            assert winner.project == victim.project, f"G6: priority crossed projects: {d}"
+            assert winner.effective_priority > victim.effective_priority, (
+                f"G6: {winner.name} ({winner.effective_priority}) preempted "
+                f"{victim.name} ({victim.effective_priority})"
+            )
+            continue
+        assert winner.project != victim.project, f"G4: reclaim inside one project: {d}"
+        for level in dict.fromkeys([victim.project, tree.parting(victim.project, winner.project)]):
+            quota = tree.projects[level].quota.gpu_milli
+            fair = share(result, level).fair_share.gpu_milli
+            assert held[level] > quota or held[level] > fair, (
+                f"G4: {victim.name} reclaimed for {winner.name}, but {level} held "
+                f"{held[level]} <= quota {quota} and <= fair share {fair}"
+            )
+
+
+def cycles(start: Snapshot, tree: Tree) -> Iterator[tuple[Snapshot, CycleResult, Snapshot]]:
+    """Checked cycles until the fixed point and 5 more (G8); yields (before, result, after)."""
+    check_placements(start)
+    check_quota_and_limits(start, tree)
+    current = start
+    quiet = 0
+    for number in range(MAX_CYCLES + QUIET_CYCLES):
+        result = run_cycle(current)
+        check_decisions(current, result)
+        check_evictions(current, result, tree)
+        after = apply_decisions(current, result.decisions)
+        check_placements(after)
+        check_quota_and_limits(after, tree)
+        check_pending_reasons(after, result)
+        yield current, result, after
+        current = after
+        if result.decisions:
+            assert quiet == 0, f"G8: cycle {number} decided again after a fixed point"
+            assert number < MAX_CYCLES, f"G8: no fixed point within {MAX_CYCLES} cycles"
+        else:
+            quiet += 1
+            if quiet > QUIET_CYCLES:
+                return
+    raise AssertionError(f"G8: no fixed point within {MAX_CYCLES} cycles")
+
+
+def tree_of(s: Snapshot) -> Tree:
+    return Tree({p.name: p for p in s.projects})
+
+
+# --------------------------------------------------------------------------------------------
+# Properties
+# --------------------------------------------------------------------------------------------
+
+
+@PROPERTY_SETTINGS
+@given(snapshots())
+def test_every_cycle_keeps_the_guarantees_and_a_fixed_point_is_reached(s: Snapshot) -> None:
+    tree = tree_of(s)
+    for _ in cycles(s, tree):
+        pass
+
+
+def _fits_on_idle(s: Snapshot, w: Workload) -> bool:
+    capacity = Capacity(s.nodes)
+    for other in s.workloads:
+        for p in other.placements:
+            n = next(n for n in s.nodes if n.name == p.node)
+            capacity.take(n, other, p.devices)
+    return any(capacity.devices_for(n, w) is not None for n in s.nodes)
+
+
+@PROPERTY_SETTINGS
+@given(snapshots())
+def test_at_the_fixed_point_nothing_that_fits_waits(s: Snapshot) -> None:
+    """G11: a workload needing one more task that fits on idle GPUs, within limits (and quota
+    when non-preemptible), would have started; at a fixed point there is none."""
+    tree = tree_of(s)
+    runs = list(cycles(s, tree))
+    _, result, final = runs[-1]
+    held = holdings(final, tree)
+    held_np = holdings(final, tree, non_preemptible_only=True)
+    nodes = {n.name: n for n in final.nodes}
+    for w in final.workloads:
+        missing = w.tasks - len(w.placements)
+        needed = 1 if w.is_running else w.gang_size
+        if missing == 0 or needed != 1:
+            continue
+        if not _fits_on_idle(final, w):
+            continue
+        # the charge of one task: whole devices, or the fraction (the same on every node here)
+        amount = task_milli(w, nodes, final.nodes[0].name)
+        path = tree.path(w.project)
+        if any(
+            (cap := tree.projects[name].limit.gpu_milli) is not None and held[name] + amount > cap
+            for name in path
+        ):
+            continue
+        if not w.is_preemptible and any(
+            held_np[name] + amount > tree.projects[name].quota.gpu_milli for name in path
+        ):
+            continue
+        raise AssertionError(
+            f"G11: {w.name} fits on idle capacity at the fixed point but waits: "
+            f"{result.pending_reasons.get(w.name)!r}"
+        )
+
+
+@PROPERTY_SETTINGS
+@given(snapshots())
+def test_project_shares_are_consistent(s: Snapshot) -> None:
+    """Fair share rules that hold whatever the tree: capped by demand and limit, never more than
+    the parent has, and (all weights > 0) all of it handed out up to demand."""
+    tree = tree_of(s)
+    result = run_cycle(s)
+    after = apply_decisions(s, result.decisions)
+    held = holdings(after, tree)
+    demand: dict[str, int] = defaultdict(int)
+    for w in s.workloads:
+        per_task = w.gpu.amount * MILLI_PER_GPU if not w.gpu.is_shared else w.gpu.amount
+        for name in tree.path(w.project):
+            demand[name] += per_task * w.tasks
+    capacity = sum(n.gpu_count for n in s.nodes) * MILLI_PER_GPU
+
+    def effective(name: str) -> int:
+        kids = tree.children(name)
+        want = sum(effective(k) for k in kids) if kids else demand[name]
+        cap = tree.projects[name].limit.gpu_milli
+        return want if cap is None else min(want, cap)
+
+    for name, p in tree.projects.items():
+        got = share(result, name)
+        assert got.demand.gpu_milli == demand[name], f"{name} demand {got.demand}"
+        assert got.holding.gpu_milli == held[name], f"{name} holding {got.holding}"
+        assert got.quota == p.quota
+        fair = got.fair_share.gpu_milli
+        assert 0 <= fair <= demand[name], f"{name} fair share {fair} > demand {demand[name]}"
+        cap = p.limit.gpu_milli
+        assert cap is None or fair <= cap, f"{name} fair share {fair} > limit {cap}"
+
+    all_weighted = all(p.over_quota_weight > 0 for p in tree.projects.values())
+    for parent in [None, *tree.projects]:
+        kids = tree.children(parent)
+        if not kids:
+            continue
+        given_out = sum(share(result, k).fair_share.gpu_milli for k in kids)
+        available = capacity if parent is None else share(result, parent).fair_share.gpu_milli
+        assert given_out <= available, f"children of {parent} get {given_out} > {available}"
+        if all_weighted:
+            expected = min(available, sum(effective(k) for k in kids))
+            assert given_out == expected, (
+                f"children of {parent} get {given_out}, expected {expected} "
+                f"(available {available}, nothing idle while demand is unmet)"
+            )
