@@ -90,6 +90,6 @@ def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[ShapeKey, str
         ctx.reasons[work.index] = reason
         return False
     statement.commit()
-    ctx.place_extras(work, extras)
     ctx.mark_started(work, "fits in idle capacity")
+    ctx.place_extras(work, extras)
     return True

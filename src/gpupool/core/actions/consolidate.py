@@ -24,7 +24,7 @@ def consolidate(ctx: CycleContext) -> None:
     budget = session.settings.max_consolidation_attempts_per_cycle
     if budget <= 0:
         return
-    tasks_on_node: dict[int, list[tuple[WorkRecord, int]]] | None = None
+    tasks_on_node: dict[int, list[tuple[int, WorkRecord, int]]] | None = None
     for work in [w for w in session.works if w.state is WorkState.PENDING]:
         if budget <= 0:
             return
@@ -44,21 +44,23 @@ def consolidate(ctx: CycleContext) -> None:
         if _place_with_moves(ctx, statement, work, gang, tasks_on_node, moves):
             statement.commit()
             ctx.moves.extend(moves)
-            ctx.place_extras(work, extras)
             ctx.mark_started(work, "fits after moving work to other nodes (consolidation)")
+            ctx.place_extras(work, extras)
         else:
             statement.rollback()
 
 
-def _movable_tasks_by_node(ctx: CycleContext) -> dict[int, list[tuple[WorkRecord, int]]]:
-    """Tasks that may move, per node, in victim order (what moves first)."""
+def _movable_tasks_by_node(
+    ctx: CycleContext,
+) -> dict[int, list[tuple[int, WorkRecord, int]]]:
+    """Tasks that may move, per node, as (rank in victim order, work, task), first to move first."""
     session = ctx.session
     movable = [w for w in session.works if can_be_victim(session, w)]
     movable.sort(key=lambda w: victim_units(w)[-1].order)
-    by_node: dict[int, list[tuple[WorkRecord, int]]] = {}
-    for work in movable:
+    by_node: dict[int, list[tuple[int, WorkRecord, int]]] = {}
+    for rank, work in enumerate(movable):
         for task, alloc in sorted(work.allocs.items()):
-            by_node.setdefault(alloc.node, []).append((work, task))
+            by_node.setdefault(alloc.node, []).append((rank, work, task))
     return by_node
 
 
@@ -67,54 +69,86 @@ def _place_with_moves(
     statement: Statement,
     work: WorkRecord,
     gang: list[int],
-    tasks_on_node: dict[int, list[tuple[WorkRecord, int]]],
+    tasks_on_node: dict[int, list[tuple[int, WorkRecord, int]]],
     moves: list[Move],
 ) -> bool:
+    """Place each task of `gang`, making room on one node by moves where it fits nowhere.
+
+    Every candidate node is tried; the one whose movers come earliest in victim order wins
+    (G10's order decides which work moves), ties to the roomier node.
+    """
     session = ctx.session
-    needed = work.spec.gpu.amount
-    max_moves = session.settings.max_moves_per_consolidation
     for task in gang:
         alloc = ctx.placer.find(work.spec, task)
         if alloc is not None:
             statement.place(work, alloc)
             continue
-        placed = False
+        best: tuple[int, int] | None = None
         for node in _roomiest_nodes(ctx, work):
             attempt = Statement(session, parent=statement)
-            removed: list[tuple[WorkRecord, TaskAlloc]] = []
-            for mover, mover_task in tasks_on_node.get(node, []):
-                if session.empty_count[node] >= needed or len(moves) + len(removed) >= max_moves:
-                    break
-                if mover.state is not WorkState.RUNNING or mover_task not in mover.allocs:
-                    continue
-                removed.append((mover, attempt.remove(mover, mover_task)))
-            target = (
-                ctx.placer.find(work.spec, task) if session.empty_count[node] >= needed else None
-            )
-            if target is None or target.node != node:
-                attempt.rollback()
-                continue
-            attempt.place(work, target)
-            new_places = _replace_elsewhere(ctx, attempt, removed, node)
-            if new_places is None:
-                attempt.rollback()
-                continue
-            attempt.commit()
-            for (mover, old), new in zip(removed, new_places, strict=True):
-                moves.append(
-                    Move(
-                        workload=mover.name,
-                        cause=MoveCause.CONSOLIDATE,
-                        source=session.to_placement(old),
-                        target=session.to_placement(new),
-                        reason=f"moved so that {work.name} fits on {session.nodes[node].name}",
-                    )
-                )
-            placed = True
-            break
-        if not placed:
+            latest = _try_node(ctx, attempt, work, task, node, tasks_on_node, len(moves))
+            attempt.rollback()
+            if latest is not None and (best is None or latest < best[0]):
+                best = (latest, node)
+        if best is None:
             return False
+        attempt = Statement(session, parent=statement)
+        removed: list[tuple[WorkRecord, TaskAlloc]] = []
+        new_places: list[TaskAlloc] = []
+        _try_node(ctx, attempt, work, task, best[1], tasks_on_node, len(moves), removed, new_places)
+        attempt.commit()
+        node_name = session.nodes[best[1]].name
+        for (mover, old), new in zip(removed, new_places, strict=True):
+            moves.append(
+                Move(
+                    workload=mover.name,
+                    cause=MoveCause.CONSOLIDATE,
+                    source=session.to_placement(old),
+                    target=session.to_placement(new),
+                    reason=f"moved so that {work.name} fits on {node_name}",
+                )
+            )
     return True
+
+
+def _try_node(
+    ctx: CycleContext,
+    attempt: Statement,
+    work: WorkRecord,
+    task: int,
+    node: int,
+    tasks_on_node: dict[int, list[tuple[int, WorkRecord, int]]],
+    moves_so_far: int,
+    removed: list[tuple[WorkRecord, TaskAlloc]] | None = None,
+    new_places: list[TaskAlloc] | None = None,
+) -> int | None:
+    """Free `node` by moving its movable tasks in victim order, place `task` there and the movers
+    elsewhere, inside `attempt`. Returns the victim rank of the last mover needed (-1 if none),
+    or None when it does not work out."""
+    session = ctx.session
+    needed = work.spec.gpu.amount
+    max_moves = session.settings.max_moves_per_consolidation
+    removed = [] if removed is None else removed
+    latest = -1
+    for rank, mover, mover_task in tasks_on_node.get(node, []):
+        if session.empty_count[node] >= needed or moves_so_far + len(removed) >= max_moves:
+            break
+        if mover.state is not WorkState.RUNNING or mover_task not in mover.allocs:
+            continue
+        removed.append((mover, attempt.remove(mover, mover_task)))
+        latest = rank
+    if session.empty_count[node] < needed:
+        return None
+    target = ctx.placer.find(work.spec, task)
+    if target is None or target.node != node:
+        return None
+    attempt.place(work, target)
+    placed = _replace_elsewhere(ctx, attempt, removed, node)
+    if placed is None:
+        return None
+    if new_places is not None:
+        new_places.extend(placed)
+    return latest
 
 
 def _roomiest_nodes(ctx: CycleContext, work: WorkRecord) -> list[int]:
