@@ -30,6 +30,7 @@ from gpupool.core.model import (
     MILLI_PER_GPU,
     NO_LIMITS,
     GpuRequest,
+    GpuRequestKind,
     Limits,
     Node,
     PlacementStrategy,
@@ -161,10 +162,15 @@ def project_trees(draw: st.DrawFn) -> tuple[Project, ...]:
 @st.composite
 def workloads(draw: st.DrawFn, index: int, leaves: list[str]) -> tuple[Workload, bool, int]:
     """A pending workload, whether it should start out running, and how many tasks then."""
-    if draw(st.booleans()):
+    kind = draw(st.sampled_from(["whole", "whole", "fraction", "fraction", "dynamic", "memory"]))
+    if kind == "whole":
         gpu = GpuRequest.whole(draw(st.sampled_from([1, 1, 1, 2, 2, 3, 4])))
+    elif kind == "memory":
+        gpu = GpuRequest.memory(draw(st.sampled_from([8192, 20480, 40960])))
     else:
-        gpu = GpuRequest.fraction(draw(st.integers(2, 18)) * 50)
+        amount = draw(st.integers(2, 18)) * 50
+        limit = draw(st.integers(amount // 50 + 1, 20)) * 50 if kind == "dynamic" else None
+        gpu = GpuRequest.fraction(amount, limit)
     tasks = draw(st.sampled_from([1, 1, 1, 2, 3]))
     min_available = draw(st.one_of(st.none(), st.integers(1, tasks)))
     w = Workload(
@@ -183,6 +189,7 @@ def workloads(draw: st.DrawFn, index: int, leaves: list[str]) -> tuple[Workload,
         cpu_milli=draw(st.sampled_from([0, 0, 2000, 8000])),
         memory_mib=draw(st.sampled_from([0, 0, 16384, 65536])),
         min_runtime_s=draw(st.sampled_from([None, None, None, 0, 600])),
+        node_selector=draw(st.sampled_from([(), (), (), (("gpu_model", ("H100",)),)])),
         submit_seq=index,
     )
     gang = w.gang_size
@@ -199,6 +206,8 @@ class Capacity:
         self.mem: dict[str, int] = defaultdict(int)
 
     def _room(self, n: Node, w: Workload) -> bool:
+        if any(n.label(key) not in values for key, values in w.node_selector):
+            return False
         cpu_ok = n.cpu_milli is None or self.cpu[n.name] + w.cpu_milli <= n.cpu_milli
         mem_ok = n.memory_mib is None or self.mem[n.name] + w.memory_mib <= n.memory_mib
         return cpu_ok and mem_ok
@@ -256,6 +265,8 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         Node(
             name=f"n{i}",
             gpu_count=draw(st.integers(1, 8)),
+            gpu_memory_mib=draw(st.sampled_from([81920, 81920, 40960])),
+            gpu_model=draw(st.sampled_from(["A100", "H100"])),
             cpu_milli=draw(st.sampled_from([None, None, 32000, 64000])),
             memory_mib=draw(st.sampled_from([None, None, 131072, 262144])),
         )
@@ -419,13 +430,14 @@ def test_every_cycle_keeps_the_guarantees_and_a_fixed_point_is_reached(s: Snapsh
         pass
 
 
-def _fits_on_idle(s: Snapshot, w: Workload) -> bool:
+def _idle_spots(s: Snapshot, w: Workload) -> list[Node]:
+    """Nodes where one more task of `w` fits on the capacity idle in `s`."""
     capacity = Capacity(s.nodes)
+    nodes = {n.name: n for n in s.nodes}
     for other in s.workloads:
         for p in other.placements:
-            n = next(n for n in s.nodes if n.name == p.node)
-            capacity.take(n, other, p.devices)
-    return any(capacity.devices_for(n, w) is not None for n in s.nodes)
+            capacity.take(nodes[p.node], other, p.devices)
+    return [n for n in s.nodes if capacity.devices_for(n, w) is not None]
 
 
 @PROPERTY_SETTINGS
@@ -444,19 +456,19 @@ def test_at_the_fixed_point_nothing_that_fits_waits(s: Snapshot) -> None:
         needed = 1 if w.is_running else w.gang_size
         if missing == 0 or needed != 1:
             continue
-        if not _fits_on_idle(final, w):
-            continue
-        # the charge of one task: whole devices, or the fraction (the same on every node here)
-        amount = task_milli(w, nodes, final.nodes[0].name)
         path = tree.path(w.project)
-        if any(
-            (cap := tree.projects[name].limit.gpu_milli) is not None and held[name] + amount > cap
-            for name in path
-        ):
-            continue
-        if not w.is_preemptible and any(
-            held_np[name] + amount > tree.projects[name].quota.gpu_milli for name in path
-        ):
+
+        def admissible(n: Node, w: Workload = w, path: list[str] = path) -> bool:
+            amount = task_milli(w, nodes, n.name)
+            for name in path:
+                p = tree.projects[name]
+                if p.limit.gpu_milli is not None and held[name] + amount > p.limit.gpu_milli:
+                    return False
+                if not w.is_preemptible and held_np[name] + amount > p.quota.gpu_milli:
+                    return False
+            return True
+
+        if not any(admissible(n) for n in _idle_spots(final, w)):
             continue
         raise AssertionError(
             f"G11: {w.name} fits on idle capacity at the fixed point but waits: "
@@ -473,11 +485,20 @@ def test_project_shares_are_consistent(s: Snapshot) -> None:
     result = run_cycle(s)
     after = apply_decisions(s, result.decisions)
     held = holdings(after, tree)
+    nodes = {n.name: n for n in s.nodes}
     demand: dict[str, int] = defaultdict(int)
+    estimated: set[str] = set()
+    """Projects waiting for memory-sized tasks: their charge depends on where they land."""
     for w in s.workloads:
-        per_task = w.gpu.amount * MILLI_PER_GPU if not w.gpu.is_shared else w.gpu.amount
+        asked = sum(task_milli(w, nodes, p.node) for p in w.placements)
+        waiting = w.tasks - len(w.placements)
+        if w.gpu.kind is GpuRequestKind.MEMORY:
+            if waiting:
+                estimated.update(tree.path(w.project))
+        else:
+            asked += waiting * w.gpu.milli_on(MILLI_PER_GPU)
         for name in tree.path(w.project):
-            demand[name] += per_task * w.tasks
+            demand[name] += asked
     capacity = sum(n.gpu_count for n in s.nodes) * MILLI_PER_GPU
 
     def effective(name: str) -> int:
@@ -488,6 +509,9 @@ def test_project_shares_are_consistent(s: Snapshot) -> None:
 
     for name, p in tree.projects.items():
         got = share(result, name)
+        if name in estimated:
+            assert got.demand.gpu_milli >= demand[name], f"{name} demand {got.demand}"
+            demand[name] = got.demand.gpu_milli
         assert got.demand.gpu_milli == demand[name], f"{name} demand {got.demand}"
         assert got.holding.gpu_milli == held[name], f"{name} holding {got.holding}"
         assert got.quota == p.quota

@@ -10,6 +10,8 @@ later ones take idle devices in index order, so repeated cycles change nothing (
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpupool.core.context import CycleContext
 from gpupool.core.decisions import Move, MoveCause
 from gpupool.core.session import TaskAlloc, WorkRecord, WorkState
@@ -36,16 +38,24 @@ def _pack_and_spread(
     used = session.device_used[node]
     taken: set[int] = set()
     staying: list[tuple[WorkRecord, TaskAlloc]] = []
+    displaced: list[tuple[WorkRecord, TaskAlloc]] = []
     for work, alloc in tasks:
         burst = alloc.burst_device
         if burst is None:
             staying.append((work, alloc))
         elif used[burst] != 0 or burst in taken:
-            _change(ctx, work, alloc, None, MoveCause.PACK, "packed back: its device is claimed")
-            staying.append((work, work.allocs[alloc.task_index]))
+            displaced.append((work, alloc))
         else:
             taken.add(burst)
     idle = [d for d in range(len(used)) if used[d] == 0 and d not in taken]
+    for work, alloc in displaced:
+        if idle:
+            target = idle.pop(0)
+            reason = "its idle device is claimed; spread to another idle device"
+            _change(ctx, work, alloc, target, MoveCause.SPREAD, reason, before_binds=True)
+        else:
+            _change(ctx, work, alloc, None, MoveCause.PACK, "packed back: its device is claimed")
+            staying.append((work, work.allocs[alloc.task_index]))
     if not idle:
         return
     charged_burstable: dict[int, int] = {}
@@ -72,19 +82,28 @@ def _change(
     burst_device: int | None,
     cause: MoveCause,
     reason: str,
+    before_binds: bool = False,
 ) -> None:
+    """Record a node-level change; `before_binds` for moves that vacate a device being bound."""
     session = ctx.session
     session.set_burst_device(work, alloc.task_index, burst_device)
     if work.started_this_cycle and alloc.task_index not in _initial_tasks(work):
         return
+    # A task consolidation moved this cycle gets one Move: to where it will physically run.
+    target = session.to_placement(work.allocs[alloc.task_index])
+    for position, earlier in enumerate(ctx.moves):
+        if earlier.workload == work.name and earlier.target.task_index == alloc.task_index:
+            ctx.moves[position] = replace(earlier, target=target)
+            return
     move = Move(
         workload=work.name,
         cause=cause,
         source=session.to_placement(alloc),
-        target=session.to_placement(work.allocs[alloc.task_index]),
+        target=target,
         reason=reason,
     )
-    (ctx.pack_moves if cause is MoveCause.PACK else ctx.spread_moves).append(move)
+    vacates = before_binds or cause is MoveCause.PACK
+    (ctx.pack_moves if vacates else ctx.spread_moves).append(move)
 
 
 def _initial_tasks(work: WorkRecord) -> set[int]:
