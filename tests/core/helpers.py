@@ -281,6 +281,7 @@ def check_decisions(before: Snapshot, result: CycleResult) -> None:
     by_name = {w.name: w for w in before.workloads}
     evicted_whole: set[str] = set()
     bound: set[str] = set()
+    moved: set[tuple[str, int]] = set()
     for d in result.decisions:
         assert d.workload in by_name, f"decision for unknown workload: {d}"
         w = by_name[d.workload]
@@ -302,6 +303,10 @@ def check_decisions(before: Snapshot, result: CycleResult) -> None:
             assert isinstance(d, Move)
             assert d.source in w.placements, f"Move from a placement it does not have: {d}"
             assert d.source.task_index == d.target.task_index, f"Move changes task: {d}"
+            assert d.source != d.target, f"Move to where it already is: {d}"
+            task = (d.workload, d.source.task_index)
+            assert task not in moved, f"task moved twice in one cycle: {d}"
+            moved.add(task)
     again = evicted_whole & bound
     assert not again, f"G8: evicted and placed back in the same cycle: {sorted(again)}"
 

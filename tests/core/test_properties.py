@@ -55,7 +55,7 @@ MAX_CYCLES = 40
 QUIET_CYCLES = 5
 
 PROPERTY_SETTINGS = settings(
-    max_examples=int(os.environ.get("GPUPOOL_PROPERTY_EXAMPLES", "60")),
+    max_examples=int(os.environ.get("GPUPOOL_PROPERTY_EXAMPLES", "300")),
     deadline=None,
     derandomize=bool(os.environ.get("CI")),
     print_blob=True,

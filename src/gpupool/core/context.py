@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpupool.core.decisions import Evict, Move
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind
@@ -114,8 +114,18 @@ class CycleContext:
         return None
 
     def policy_problem(self, work: WorkRecord, task_count: int) -> str | None:
+        """Checked before placing. A memory request is charged as the fraction of the device it
+        lands on, estimated here on the largest device: a lower bound, so `holds_within_policy`
+        checks again once the tasks are placed."""
         ask = self.ask(work, task_count)
         return self.limit_problem(work, ask) or self.quota_problem(work, ask)
+
+    def holds_within_policy(self, work: WorkRecord) -> bool:
+        """After placing: limits at every level, and G3 for non-preemptible work."""
+        nothing = Ask(0, 0, 0)
+        return self.limit_problem(work, nothing) is None and (
+            self.quota_problem(work, nothing) is None
+        )
 
     # --- placing ----------------------------------------------------------------------------
 
@@ -124,21 +134,41 @@ class CycleContext:
     ) -> bool:
         """Place `tasks` of `work` inside `statement`; False (partly placed) if one does not fit."""
         for task in tasks:
-            alloc = self.placer.find(work.spec, task, excluded)
+            alloc = self.placer.find(work.spec, task, excluded, self.gpu_headroom(work))
             if alloc is None:
                 return False
             statement.place(work, alloc)
-        return True
+        return self.holds_within_policy(work)
+
+    def gpu_headroom(self, work: WorkRecord) -> int | None:
+        """Most GPU one more task may be charged under the limits (and quota, for non-preemptible
+        work) of every level; None when nothing caps it. Matters for memory requests, whose
+        charge depends on the device they land on."""
+        headroom: int | None = None
+        for p in self.session.project_path(work):
+            record = self.session.projects[p]
+            caps = [record.spec.limit.gpu_milli]
+            if not work.preemptible:
+                caps.append(record.spec.quota.gpu_milli)
+            held = (record.holding[GPU], record.nonpreemptible_holding[GPU])
+            for cap, holding in zip(caps, held, strict=False):
+                if cap is not None and (headroom is None or cap - holding < headroom):
+                    headroom = cap - holding
+        return headroom
 
     def place_extras(self, work: WorkRecord, extras: list[int]) -> None:
         """Start elastic tasks above `min_available`, one at a time, while they fit."""
         for task in extras:
             if self.policy_problem(work, 1) is not None:
                 return
-            alloc = self.placer.find(work.spec, task)
+            alloc = self.placer.find(work.spec, task, None, self.gpu_headroom(work))
             if alloc is None:
                 return
-            Statement(self.session).place(work, alloc)
+            statement = Statement(self.session)
+            statement.place(work, alloc)
+            if not self.holds_within_policy(work):
+                statement.rollback()
+                return
             if work.index not in self.bound:
                 self.mark_started(work, "elastic task fits in idle capacity")
 
@@ -149,11 +179,50 @@ class CycleContext:
         self.bind_reasons.setdefault(work.index, reason)
         self.reasons.pop(work.index, None)
 
+    def add_move(self, move: Move) -> None:
+        """Record a move; a task moved again in the same cycle keeps one Move, first source to
+        last target (none at all if it ends where it started)."""
+        for position, earlier in enumerate(self.moves):
+            if (earlier.workload, earlier.target.task_index) == (
+                move.workload,
+                move.target.task_index,
+            ):
+                merged = replace(earlier, target=move.target)
+                if merged.source == merged.target:
+                    del self.moves[position]
+                else:
+                    self.moves[position] = merged
+                return
+        self.moves.append(move)
+
+    def moved_this_cycle(self, workload: str, task_index: int) -> bool:
+        return any((m.workload, m.target.task_index) == (workload, task_index) for m in self.moves)
+
     # --- pending reasons --------------------------------------------------------------------
 
     def capacity_reason(self, work: WorkRecord, gang: list[int]) -> str:
         """Why `gang` of `work` does not fit in the idle capacity, in a researcher's words."""
+        reason = self._capacity_reason(work, gang)
+        selector = work.spec.node_selector
+        if selector and self.placer.selector_matches_any(work.spec):
+            wanted = ", ".join(f"{k} in [{', '.join(v)}]" for k, v in selector)
+            return f"{reason} (it may only use nodes matching its selector: {wanted})"
+        return reason
+
+    def _capacity_reason(self, work: WorkRecord, gang: list[int]) -> str:
         spec = work.spec
+        headroom = self.gpu_headroom(work)
+        if (
+            spec.gpu.kind is GpuRequestKind.MEMORY
+            and headroom is not None
+            and self.placer.find(spec, gang[0]) is not None
+        ):
+            bars = "limit" if work.preemptible else "limit or quota"
+            return (
+                f"{spec.gpu.amount} MiB of device memory is charged as the fraction of the device"
+                f" it lands on; on every device with room that is more than the"
+                f" {format_gpu(max(headroom, 0))} its project may still take under its {bars}"
+            )
         session = self.session
         placer = self.placer
         if not placer.selector_matches_any(spec):

@@ -98,12 +98,18 @@ class Placer:
     # --- search ---------------------------------------------------------------------------
 
     def find(
-        self, workload: Workload, task_index: int, excluded: int | None = None
+        self,
+        workload: Workload,
+        task_index: int,
+        excluded: int | None = None,
+        max_milli: int | None = None,
     ) -> TaskAlloc | None:
-        """A placement for one task of `workload`, or None. `excluded` is a node to avoid."""
+        """A placement for one task of `workload`, or None. `excluded` is a node to avoid;
+        `max_milli` the most GPU the task may be charged (a memory request costs more on a
+        smaller device)."""
         if workload.gpu.kind is GpuRequestKind.WHOLE:
             return self._find_whole(workload, task_index, excluded)
-        return self._find_shared(workload, task_index, excluded)
+        return self._find_shared(workload, task_index, excluded, max_milli)
 
     def _nodes_with_empty(self, at_least: int) -> Iterator[int]:
         s = self.session
@@ -131,7 +137,7 @@ class Placer:
         return None
 
     def _find_shared(
-        self, workload: Workload, task_index: int, excluded: int | None
+        self, workload: Workload, task_index: int, excluded: int | None, max_milli: int | None
     ) -> TaskAlloc | None:
         s = self.session
         request = workload.gpu
@@ -151,6 +157,8 @@ class Placer:
                 memory = request.memory_mib_on(device_memory)
                 if milli > free or s.device_memory_used[node][device] + memory > device_memory:
                     continue
+                if max_milli is not None and milli > max_milli:
+                    continue
                 score = self._fragmentation_delta(node, device, milli)
                 if best is None or score < best_score:
                     best = TaskAlloc(task_index, node, (device,), milli, memory)
@@ -163,9 +171,11 @@ class Placer:
         for node in self._nodes_with_empty(1):
             if not self._node_fits(node, workload, allowed, excluded):
                 continue
+            device_memory = s.nodes[node].gpu_memory_mib
+            if max_milli is not None and request.milli_on(device_memory) > max_milli:
+                continue
             used = s.device_used[node]
             device = used.index(0)
-            device_memory = s.nodes[node].gpu_memory_mib
             return TaskAlloc(
                 task_index,
                 node,

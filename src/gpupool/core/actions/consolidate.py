@@ -41,9 +41,12 @@ def consolidate(ctx: CycleContext) -> None:
             tasks_on_node = _movable_tasks_by_node(ctx)
         statement = Statement(session)
         moves: list[Move] = []
-        if _place_with_moves(ctx, statement, work, gang, tasks_on_node, moves):
+        if _place_with_moves(ctx, statement, work, gang, tasks_on_node, moves) and (
+            ctx.holds_within_policy(work)
+        ):
             statement.commit()
-            ctx.moves.extend(moves)
+            for move in moves:
+                ctx.add_move(move)
             ctx.mark_started(work, "fits after moving work to other nodes (consolidation)")
             ctx.place_extras(work, extras)
         else:

@@ -10,8 +10,6 @@ later ones take idle devices in index order, so repeated cycles change nothing (
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from gpupool.core.context import CycleContext
 from gpupool.core.decisions import Move, MoveCause
 from gpupool.core.session import TaskAlloc, WorkRecord, WorkState
@@ -89,12 +87,7 @@ def _change(
     session.set_burst_device(work, alloc.task_index, burst_device)
     if work.started_this_cycle and alloc.task_index not in _initial_tasks(work):
         return
-    # A task consolidation moved this cycle gets one Move: to where it will physically run.
     target = session.to_placement(work.allocs[alloc.task_index])
-    for position, earlier in enumerate(ctx.moves):
-        if earlier.workload == work.name and earlier.target.task_index == alloc.task_index:
-            ctx.moves[position] = replace(earlier, target=target)
-            return
     move = Move(
         workload=work.name,
         cause=cause,
@@ -102,6 +95,10 @@ def _change(
         target=target,
         reason=reason,
     )
+    if ctx.moved_this_cycle(work.name, alloc.task_index):
+        # Consolidation moved it this cycle: one Move, to where it will physically run.
+        ctx.add_move(move)
+        return
     vacates = before_binds or cause is MoveCause.PACK
     (ctx.pack_moves if vacates else ctx.spread_moves).append(move)
 
