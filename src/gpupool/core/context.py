@@ -121,7 +121,8 @@ class CycleContext:
         return self.limit_problem(work, ask) or self.quota_problem(work, ask)
 
     def holds_within_policy(self, work: WorkRecord) -> bool:
-        """After placing: limits at every level, and G3 for non-preemptible work."""
+        """After placing: limits at every level, and G3 for non-preemptible work. Only memory
+        requests need it: other charges are exact in `policy_problem`."""
         nothing = Ask(0, 0, 0)
         return self.limit_problem(work, nothing) is None and (
             self.quota_problem(work, nothing) is None
@@ -133,12 +134,14 @@ class CycleContext:
         self, statement: Statement, work: WorkRecord, tasks: list[int], excluded: int | None = None
     ) -> bool:
         """Place `tasks` of `work` inside `statement`; False (partly placed) if one does not fit."""
+        exact_charge = work.spec.gpu.kind is not GpuRequestKind.MEMORY
         for task in tasks:
-            alloc = self.placer.find(work.spec, task, excluded, self.gpu_headroom(work))
+            headroom = None if exact_charge else self.gpu_headroom(work)
+            alloc = self.placer.find(work.spec, task, excluded, headroom)
             if alloc is None:
                 return False
             statement.place(work, alloc)
-        return self.holds_within_policy(work)
+        return exact_charge or self.holds_within_policy(work)
 
     def gpu_headroom(self, work: WorkRecord) -> int | None:
         """Most GPU one more task may be charged under the limits (and quota, for non-preemptible
@@ -161,12 +164,14 @@ class CycleContext:
         for task in extras:
             if self.policy_problem(work, 1) is not None:
                 return
-            alloc = self.placer.find(work.spec, task, None, self.gpu_headroom(work))
+            exact_charge = work.spec.gpu.kind is not GpuRequestKind.MEMORY
+            headroom = None if exact_charge else self.gpu_headroom(work)
+            alloc = self.placer.find(work.spec, task, None, headroom)
             if alloc is None:
                 return
             statement = Statement(self.session)
             statement.place(work, alloc)
-            if not self.holds_within_policy(work):
+            if not exact_charge and not self.holds_within_policy(work):
                 statement.rollback()
                 return
             if work.index not in self.bound:
