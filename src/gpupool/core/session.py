@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 from gpupool.core.model import (
     MILLI_PER_GPU,
-    GpuRequestKind,
     Node,
     Project,
     Snapshot,
@@ -67,7 +66,6 @@ class WorkRecord:
         "started_this_cycle",
         "state",
         "task_gpu_milli",
-        "was_running",
     )
 
     def __init__(self, index: int, spec: Workload, project: int, task_gpu_milli: int) -> None:
@@ -80,7 +78,6 @@ class WorkRecord:
         """Per-task GPU charge; a memory request is estimated on the largest device."""
         self.allocs: dict[int, TaskAlloc] = _NO_ALLOCS
         self.state = WorkState.PENDING
-        self.was_running = False
         self.started_this_cycle = False
 
     @property
@@ -171,7 +168,6 @@ class Session:
             self.work_index[spec.name] = record.index
             self.works.append(record)
             if spec.placements:
-                record.was_running = True
                 record.state = WorkState.RUNNING
                 for placement in spec.placements:
                     self._add_alloc(record, self._alloc_from(spec, placement))
@@ -367,11 +363,3 @@ class Statement:
         if self.parent is not None:
             self.parent._undo.extend(self._undo)
         self._undo.clear()
-
-    @property
-    def empty(self) -> bool:
-        return not self._undo
-
-
-def is_whole(work: WorkRecord) -> bool:
-    return work.spec.gpu.kind is GpuRequestKind.WHOLE
