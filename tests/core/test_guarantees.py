@@ -1447,6 +1447,21 @@ G11 = [
         reasons={"a-3": ("limit",)},
     ),
     case(
+        # a-tight's request fails on its own limit (0.5 GPU charged on a 40 GiB device); the same
+        # shape in b-free, served right after, still fits and must start
+        "a-memory-request-held-by-its-limit-does-not-hold-back-another-project",
+        [node("big", 1, gpu_memory_mib=81920), node("small", 1, gpu_memory_mib=40960)],
+        [project("a-tight", 0, limit=0.25), project("b-free", 0), project("owner", 1)],
+        [
+            running(inference("o-1", "owner"), "big", (0,)),
+            train("a-1", "a-tight", gpu_memory_mib=20480),
+            train("b-1", "b-free", gpu_memory_mib=20480),
+        ],
+        running=["o-1", "b-1"],
+        first_cycle_bound=["b-1"],
+        reasons={"a-1": ("limit",)},
+    ),
+    case(
         "limit-counts-a-memory-request-where-it-lands",
         [node("big", 1, gpu_memory_mib=81920), node("small", 1, gpu_memory_mib=40960)],
         [project("team", 0, limit=0.25), project("other", 1)],

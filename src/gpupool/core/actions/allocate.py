@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 
 from gpupool.core.context import GPU, CycleContext
+from gpupool.core.model import GpuRequestKind
 from gpupool.core.session import Statement, WorkRecord, WorkState
 
 ShapeKey = tuple[object, ...]
@@ -78,6 +79,10 @@ def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[ShapeKey, str
         ctx.policy_blocked.add(work.index)
         return False
     key = shape_key(work, len(gang))
+    if work.spec.gpu.kind is GpuRequestKind.MEMORY:
+        # Its charge, hence whether its project's headroom admits it, depends on the device:
+        # a failure says something about this project only (whose headroom only shrinks here).
+        key = (*key, work.project)
     cached = failed.get(key)
     if cached is not None:
         ctx.reasons[work.index] = cached
