@@ -1,15 +1,25 @@
-"""The `gpupool` command: one Typer app, one sub-command per task (`what-if`, more to come)."""
+"""The `gpupool` command: one Typer app, one sub-command per task (`what-if`, `simulate`)."""
 
 from __future__ import annotations
 
 import json
 import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn
 
+from gpupool.cli.bench import bench_app
+from gpupool.sim.cluster import Policy, default_cluster, load_cluster
+from gpupool.sim.compare import compare_policies, format_duration_s, summary_json
+from gpupool.sim.console import print_summary
+from gpupool.sim.engine import EngineSettings, ProgressFunction
+from gpupool.sim.errors import SimInputError, SimulationError
+from gpupool.sim.report import render_html
+from gpupool.sim.synthetic import WEEK_S, generate
+from gpupool.sim.workload import load_workloads
 from gpupool.whatif.loader import ScenarioError, load_scenario
 from gpupool.whatif.report import FileOutcome, outcome_json, print_outcomes
 from gpupool.whatif.runner import CycleFunction, run_scenario
@@ -21,6 +31,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+app.add_typer(bench_app, name="bench")
 
 
 @app.callback()
@@ -67,3 +80,171 @@ def what_if(
     code = max((o.exit_code for o in outcomes), default=0)
     if code:
         raise typer.Exit(code)
+
+
+DEFAULT_REPORT = Path("gpupool-report.html")
+DEFAULT_WEEKS = 4
+DEFAULT_SEED = 1
+
+
+@app.command("simulate")
+def simulate(
+    workload: Annotated[
+        Path | None,
+        typer.Option(
+            "--workload", metavar="FILE", help="Workload file (.jsonl or .csv) to simulate."
+        ),
+    ] = None,
+    synthetic: Annotated[
+        bool,
+        typer.Option("--synthetic", help="Simulate the synthetic lab workload (the default)."),
+    ] = False,
+    cluster_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--cluster",
+            metavar="FILE",
+            help="Cluster file (YAML nodes + projects); default 4 nodes x 8 GPUs, 4 projects.",
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help=f"Synthetic: random seed [default {DEFAULT_SEED}].")
+    ] = None,
+    weeks: Annotated[
+        int | None,
+        typer.Option("--weeks", min=1, help=f"Synthetic: weeks of work [default {DEFAULT_WEEKS}]."),
+    ] = None,
+    policies: Annotated[
+        list[Policy] | None,
+        typer.Option(
+            "--policy",
+            help="Policy to simulate; repeat to compare [default: static and guaranteed].",
+        ),
+    ] = None,
+    checkpoint_interval_s: Annotated[
+        int,
+        typer.Option(
+            "--checkpoint-interval-s",
+            min=0,
+            help="Workloads checkpoint every N seconds of progress; 0 = never.",
+        ),
+    ] = 1800,
+    min_cycle_interval_s: Annotated[
+        int,
+        typer.Option(
+            "--min-cycle-interval-s",
+            min=0,
+            help="Run scheduling cycles at most every N simulated seconds; 0 = at every event.",
+        ),
+    ] = 0,
+    out: Annotated[
+        Path, typer.Option("--out", metavar="FILE", help="Where to write the HTML report.")
+    ] = DEFAULT_REPORT,
+    json_path: Annotated[
+        str | None,
+        typer.Option(
+            "--json", metavar="PATH", help="Also write the summary as JSON to PATH ('-': stdout)."
+        ),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Simulate a workload through the scheduler under each policy and report side by side.
+
+    With no input options: the synthetic workload on the default cluster, static vs guaranteed.
+    Exit status: 0 done, 2 bad options or input files (nothing written), 3 a scheduler bug.
+    """
+    to_stdout = json_path == "-"
+    console = Console(highlight=False, stderr=to_stdout)
+    errors = Console(stderr=True, highlight=False)
+
+    def fail(message: str, code: int = 2) -> NoReturn:
+        errors.print(f"[red]error:[/] {message}", markup=True, soft_wrap=True)
+        raise typer.Exit(code)
+
+    if workload is not None and synthetic:
+        fail("give either --workload FILE or --synthetic, not both")
+    if workload is not None and (seed is not None or weeks is not None):
+        fail("--seed and --weeks apply to --synthetic only, not to --workload")
+    try:
+        cluster = default_cluster() if cluster_file is None else load_cluster(cluster_file)
+        if workload is not None:
+            names = [p.name for p in cluster.leaf_projects]
+            workloads = load_workloads(workload, names)
+            source, window_s = str(workload), None
+        else:
+            seed, weeks = seed or DEFAULT_SEED, weeks or DEFAULT_WEEKS
+            workloads = generate(seed, weeks, cluster)
+            source, window_s = f"synthetic (seed {seed}, {weeks} weeks)", weeks * WEEK_S
+    except SimInputError as error:
+        fail(str(error))
+    except ValueError as error:
+        fail(str(error))
+    settings = EngineSettings(
+        checkpoint_interval_s=checkpoint_interval_s, min_cycle_interval_s=min_cycle_interval_s
+    )
+    chosen = list(dict.fromkeys(policies or [Policy.STATIC, Policy.GUARANTEED]))
+    estimate_s = max(w.submit_s + w.duration_s for w in workloads)
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[done]} of ~{task.fields[estimate]} simulated"),
+        console=errors,
+        disable=quiet or not errors.is_terminal,
+        transient=True,
+    )
+
+    def progress(policy: Policy) -> ProgressFunction:
+        task = bar.add_task(
+            policy.value, total=estimate_s, done="0 s", estimate=format_duration_s(estimate_s)
+        )
+
+        def report(now_s: int) -> None:
+            bar.update(task, completed=min(now_s, estimate_s), done=format_duration_s(now_s))
+
+        return report
+
+    try:
+        with bar:
+            comparison = compare_policies(
+                cluster,
+                workloads,
+                chosen,
+                settings,
+                source=source,
+                window_s=window_s,
+                progress=progress,
+            )
+    except SimulationError as error:
+        fail(f"the scheduler did something the simulator cannot carry out (a bug): {error}", 3)
+    page = render_html(comparison)
+    summary = json.dumps(summary_json(comparison), indent=2)
+    outputs = {out: page}
+    if json_path is not None and not to_stdout:
+        outputs[Path(json_path)] = summary + "\n"
+    try:
+        _write_all(outputs)
+    except OSError as error:
+        fail(f"cannot write the output: {error}")
+    print_summary(console, comparison)
+    console.print(f"Report written to {out.resolve()}")
+    if json_path is not None and not to_stdout:
+        console.print(f"JSON summary written to {Path(json_path).resolve()}")
+    if to_stdout:
+        typer.echo(summary)
+
+
+def _write_all(outputs: dict[Path, str]) -> None:
+    """Write every file or none: all to temporary files first, then rename them into place."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, text in outputs.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_name(f".{path.name}.tmp")
+            temporary.write_text(text, encoding="utf-8")
+            staged.append((temporary, path))
+    except OSError:
+        for temporary, _ in staged:
+            temporary.unlink(missing_ok=True)
+        raise
+    for temporary, path in staged:
+        temporary.replace(path)
