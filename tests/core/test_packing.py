@@ -207,10 +207,12 @@ SHARE_700 = PodShape(0, 0, 1, 700)
             ("b", (1,)),
         ),
         (
-            "gpu-clustering: the node holding the same share",
+            # tags are job sizes (Gandiva): a holds a 2-GPU pod, c a sharing pod; a new
+            # sharing pod joins c rather than the fuller a or the empty b.
+            "gpu-clustering: the node holding the same kind of pod",
             PolicyName.GPU_CLUSTERING,
-            [node("a", 2), node("b", 2), node("c", 2)],
-            [(0, (0,), PodShape(0, 0, 1, 500)), (2, (0,), POD_300)],
+            [node("a", 4), node("b", 2), node("c", 2)],
+            [(0, (0, 1), PodShape(0, 0, 2, 1000)), (2, (0,), PodShape(0, 0, 1, 500))],
             POD_300,
             ONLY_WHOLE,
             ("c", (0,)),

@@ -146,6 +146,12 @@ def node_fragmentation_milli(
     return fragment
 
 
+def affinity_tag(shape: PodShape) -> int:
+    """GPU clustering's class of a pod, after Gandiva's job-size affinity: the number of whole
+    devices it takes, or 0 for every pod that shares a device."""
+    return 0 if shape.is_fractional else shape.gpu_count
+
+
 class PackingState:
     """Free resources of every node; changed only through `assign`, which logs the node."""
 
@@ -181,7 +187,7 @@ class PackingState:
             free[d] -= shape.gpu_milli
         if shape.gpu_count:
             tag = self.affinity[node]
-            tag[shape.gpu_milli] = tag.get(shape.gpu_milli, 0) + 1
+            tag[affinity_tag(shape)] = tag.get(affinity_tag(shape), 0) + 1
         self.allocated_gpu_milli += shape.total_gpu_milli
         self.changes.append(node)
 
@@ -330,7 +336,7 @@ class GpuClusteringPolicy(PlacementPolicy):
         tags = state.affinity[node]
         quarter = MAX_NODE_SCORE // 4
         fill = quarter * (self._max_gpu - sum(state.device_free[node])) // self._max_gpu
-        if tags.get(shape.gpu_milli, 0):
+        if tags.get(affinity_tag(shape), 0):
             tier = 3 * quarter if len(tags) == 1 else 2 * quarter
         else:
             tier = quarter if not tags else 0
