@@ -9,6 +9,7 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn
 
 from gpupool.cli.bench import bench_app
@@ -108,17 +109,17 @@ def simulate(
         ),
     ] = None,
     seed: Annotated[
-        int | None, typer.Option("--seed", help=f"Synthetic: random seed [default {DEFAULT_SEED}].")
+        int | None, typer.Option("--seed", help=f"Synthetic: random seed (default {DEFAULT_SEED}).")
     ] = None,
     weeks: Annotated[
         int | None,
-        typer.Option("--weeks", min=1, help=f"Synthetic: weeks of work [default {DEFAULT_WEEKS}]."),
+        typer.Option("--weeks", min=1, help=f"Synthetic: weeks of work (default {DEFAULT_WEEKS})."),
     ] = None,
     policies: Annotated[
         list[Policy] | None,
         typer.Option(
             "--policy",
-            help="Policy to simulate; repeat to compare [default: static and guaranteed].",
+            help="Policy to simulate; repeat to compare (default: static and guaranteed).",
         ),
     ] = None,
     checkpoint_interval_s: Annotated[
@@ -158,7 +159,7 @@ def simulate(
     errors = Console(stderr=True, highlight=False)
 
     def fail(message: str, code: int = 2) -> NoReturn:
-        errors.print(f"[red]error:[/] {message}", markup=True, soft_wrap=True)
+        errors.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
         raise typer.Exit(code)
 
     if workload is not None and synthetic:
@@ -172,9 +173,12 @@ def simulate(
             workloads = load_workloads(workload, names)
             source, window_s = str(workload), None
         else:
-            seed, weeks = seed or DEFAULT_SEED, weeks or DEFAULT_WEEKS
+            seed = DEFAULT_SEED if seed is None else seed
+            weeks = DEFAULT_WEEKS if weeks is None else weeks
             workloads = generate(seed, weeks, cluster)
-            source, window_s = f"synthetic (seed {seed}, {weeks} weeks)", weeks * WEEK_S
+            plural = "s" if weeks > 1 else ""
+            source = f"synthetic (seed {seed}, {weeks} week{plural})"
+            window_s = weeks * WEEK_S
     except SimInputError as error:
         fail(str(error))
     except ValueError as error:
@@ -199,7 +203,14 @@ def simulate(
         )
 
         def report(now_s: int) -> None:
-            bar.update(task, completed=min(now_s, estimate_s), done=format_duration_s(now_s))
+            total = max(now_s, estimate_s)  # the estimate is a lower bound: work may queue
+            bar.update(
+                task,
+                total=total,
+                completed=now_s,
+                done=format_duration_s(now_s),
+                estimate=format_duration_s(total),
+            )
 
         return report
 
@@ -226,9 +237,9 @@ def simulate(
     except OSError as error:
         fail(f"cannot write the output: {error}")
     print_summary(console, comparison)
-    console.print(f"Report written to {out.resolve()}")
+    console.print(f"Report written to {out.resolve()}", soft_wrap=True)
     if json_path is not None and not to_stdout:
-        console.print(f"JSON summary written to {Path(json_path).resolve()}")
+        console.print(f"JSON summary written to {Path(json_path).resolve()}", soft_wrap=True)
     if to_stdout:
         typer.echo(summary)
 

@@ -1,6 +1,14 @@
-"""The trace simulator's package: replay a cluster trace through the scheduling core.
+"""The simulator: replay a workload through the scheduling core in simulated time.
 
-Today it holds only the trace loaders: `gpupool.sim.openb` reads the Alibaba GPU-sharing trace
-"openb" (shipped in `data/openb` of a source checkout) into frozen records and converts its nodes
-into the core's `Node`. The replay itself comes later.
+- `engine`: the discrete-event engine (`run_simulation`) driving `run_cycle`;
+- `workload`, `cluster`: strict loaders of workload files (JSONL, CSV) and cluster files (YAML),
+  the default cluster and the policies (`static`, `guaranteed`);
+- `synthetic`: the seeded synthetic lab workload;
+- `metrics`, `fragmentation`: pure measures over a run's samples and outcomes;
+- `compare`, `report`, `console`: several policies side by side, the HTML report, the JSON
+  summary and the terminal table (`gpupool simulate`);
+- `packing`, `packing_report`: the packing benchmark (`gpupool bench packing`);
+- `openb`: loaders of the Alibaba GPU-sharing trace "openb" (`data/openb` of a source checkout).
+
+See docs/simulator.md.
 """
