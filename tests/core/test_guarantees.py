@@ -1090,6 +1090,33 @@ G6 = [
         [running(interactive("nb", "team"), "n1", (0,)), inference("inf", "team")],
         running=["nb"],
     ),
+    case(
+        # Found by the simulator's static policy (limit = quota): a project at its limit must
+        # still let its higher-priority work preempt its own lower-priority work, which frees
+        # exactly what the newcomer needs and leaves the project within its limit.
+        "preempt-inside-a-project-at-its-limit",
+        [node("n1", 2)],
+        [project("a", 1, limit=1), project("b", 1)],
+        [
+            running(train("a-train", "a"), "n1", (0,), 0),
+            interactive("a-notebook", "a"),
+        ],
+        running=["a-notebook"],
+        evicted=["a-train"],
+        now_s=100,
+    ),
+    case(
+        "preempting-does-not-lift-the-limit",
+        [node("n1", 4)],
+        [project("a", 1, limit=1)],
+        [
+            running(train("a-train", "a"), "n1", (0,), 0),
+            train("a-big", "a", gpu=2, priority=90),
+        ],
+        running=["a-train"],
+        evicted=[],
+        now_s=100,
+    ),
 ]
 
 

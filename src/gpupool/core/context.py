@@ -56,7 +56,9 @@ class CycleContext:
         self.reasons: dict[int, str] = {}
         self.bind_reasons: dict[int, str] = {}
         self.policy_blocked: set[int] = set()
-        """Works that a limit or G3 holds back this cycle: evicting others cannot help them."""
+        """Works that G3 holds back this cycle: evicting others cannot help them."""
+        self.limit_blocked: set[int] = set()
+        """Works that a limit holds back this cycle: only their own project's evictions help."""
 
     # --- requests ---------------------------------------------------------------------------
 
@@ -121,8 +123,9 @@ class CycleContext:
         return self.limit_problem(work, ask) or self.quota_problem(work, ask)
 
     def holds_within_policy(self, work: WorkRecord) -> bool:
-        """After placing: limits at every level, and G3 for non-preemptible work. Only memory
-        requests need it: other charges are exact in `policy_problem`."""
+        """After placing: limits at every level, and G3 for non-preemptible work. Allocate needs
+        it for memory requests only (other charges are exact in `policy_problem`); evictions
+        need it always, since evicting the project's own work changes what it holds."""
         nothing = Ask(0, 0, 0)
         return self.limit_problem(work, nothing) is None and (
             self.quota_problem(work, nothing) is None

@@ -7,8 +7,9 @@ device with enough free share, or too little free CPU); otherwise the devices th
 node's fragmentation is the average over the typical shapes, weighted by how often each shape
 was submitted; the cluster's is the sum over nodes. Integer milli-GPU throughout.
 
-This is the simulator's own simple measure; `shape_fragmentation` has the signature the engine
-takes (`FragmentationFunction`), so the core's measure can replace it.
+The per-node measure is the core's (`gpupool.core.packing`), the same the packing benchmark and
+the placement policies use; this module adds the snapshot bookkeeping (free per device, CPU
+not tracked on some nodes) and the weighting by submitted shapes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Snapshot
+from gpupool.core.packing import PodShape, TypicalShape, node_fragmentation_milli
 from gpupool.sim.engine import FragmentationFunction
 from gpupool.sim.workload import SimWorkload
 
@@ -53,18 +55,18 @@ def typical_shapes(workloads: Iterable[SimWorkload]) -> tuple[tuple[TaskShape, i
 def node_fragmented_milli(
     devices_free_milli: Sequence[int], cpu_free_milli: int | None, shape: TaskShape
 ) -> int:
-    """Idle milli-GPU of one node that a task of `shape` could not use."""
-    idle = sum(devices_free_milli)
-    if cpu_free_milli is not None and cpu_free_milli < shape.cpu_milli:
-        return idle
-    if shape.gpu_milli >= MILLI_PER_GPU:
-        whole = sum(1 for free in devices_free_milli if free >= MILLI_PER_GPU)
-        if whole < shape.gpu_milli // MILLI_PER_GPU:
-            return idle
-        return sum(free for free in devices_free_milli if free < MILLI_PER_GPU)
-    if not any(free >= shape.gpu_milli for free in devices_free_milli):
-        return idle
-    return sum(free for free in devices_free_milli if free < shape.gpu_milli)
+    """Idle milli-GPU of one node that a task of `shape` could not use: the core's measure
+    (`gpupool.core.packing.node_fragmentation_milli`) for that one shape."""
+    whole = shape.gpu_milli >= MILLI_PER_GPU
+    pod = PodShape(
+        cpu_milli=shape.cpu_milli if cpu_free_milli is not None else 0,
+        memory_mib=0,
+        gpu_count=shape.gpu_milli // MILLI_PER_GPU if whole else (1 if shape.gpu_milli else 0),
+        gpu_milli=MILLI_PER_GPU if whole else shape.gpu_milli,
+    )
+    cpu = cpu_free_milli if cpu_free_milli is not None else 0
+    fragment = node_fragmentation_milli(None, cpu, devices_free_milli, (TypicalShape(pod, 1.0),))
+    return round(fragment)
 
 
 def node_free(snapshot: Snapshot) -> dict[str, tuple[list[int], int | None]]:

@@ -28,11 +28,15 @@ _FAIR, _QUOTA = 0, 1
 _NOTHING_TO_RECLAIM = "no over-quota work of other projects can be reclaimed to make it fit"
 
 
-def _pending_in_order(ctx: CycleContext) -> list[WorkRecord]:
+def _pending_in_order(ctx: CycleContext, within_project: bool = False) -> list[WorkRecord]:
+    """Pending work that evictions could help, in reclaim order. Work held back by a limit is
+    left out unless the evictions are `within_project` (preempt frees the project's own)."""
     pending = [
         w
         for w in ctx.session.works
-        if w.state is WorkState.PENDING and w.index not in ctx.policy_blocked
+        if w.state is WorkState.PENDING
+        and w.index not in ctx.policy_blocked
+        and (within_project or w.index not in ctx.limit_blocked)
     ]
     pending.sort(
         key=lambda w: (
@@ -191,7 +195,7 @@ def preempt(ctx: CycleContext) -> None:
     budget = session.settings.max_reclaim_attempts_per_cycle
     failed: set[tuple[int, int, ShapeKey]] = set()
     by_project: dict[int, tuple[list[VictimUnit], list[int]]] | None = None
-    for work in _pending_in_order(ctx):
+    for work in _pending_in_order(ctx, within_project=True):
         if budget <= 0:
             return
         gang, extras = ctx.tasks_to_start(work)
@@ -202,7 +206,10 @@ def preempt(ctx: CycleContext) -> None:
         units, priorities = by_project.get(work.project, ([], []))
         cut = bisect.bisect_left(priorities, work.priority)
         key = (work.project, work.priority, shape_key(work, len(gang)))
-        if cut == 0 or key in failed or ctx.policy_problem(work, len(gang)) is not None:
+        # Limits are checked once the victims are out (in `evict_to_place`): evicting the
+        # project's own work lowers its holding, so a project at its limit may still preempt.
+        ask = ctx.ask(work, len(gang))
+        if cut == 0 or key in failed or ctx.quota_problem(work, ask) is not None:
             continue
         budget -= 1
 

@@ -103,12 +103,12 @@ def evict_to_place(
             victim.state = WorkState.EVICTED
         evicted.append(_Evicted(unit, allocs, reason))
         attempt = Statement(session)
-        fits = ctx.place_tasks(attempt, work, gang)
+        fits = _place_within_policy(ctx, attempt, work, gang)
         attempt.rollback()
         if fits:
             _restore_unneeded(ctx, statement, evicted, work, gang)
             final = Statement(session, parent=statement)
-            if ctx.place_tasks(final, work, gang):
+            if _place_within_policy(ctx, final, work, gang):
                 final.commit()
                 statement.commit()
                 _record(ctx, work, evicted, cause)
@@ -119,6 +119,14 @@ def evict_to_place(
     for item in evicted:
         item.unit.work.state = WorkState.RUNNING
     return False
+
+
+def _place_within_policy(
+    ctx: CycleContext, statement: Statement, work: WorkRecord, gang: list[int]
+) -> bool:
+    """Place `gang` in `statement` and check the limits (and G3) with the victims out: a
+    project at its limit may make room by evicting its own lower-priority work (G6)."""
+    return ctx.place_tasks(statement, work, gang) and ctx.holds_within_policy(work)
 
 
 def _restore_unneeded(
@@ -148,7 +156,9 @@ def _restore_unneeded(
             statement.place(victim, alloc)
             restored.append(alloc)
         trial = Statement(session)
-        still_fits = len(restored) == len(item.allocs) and ctx.place_tasks(trial, work, gang)
+        still_fits = len(restored) == len(item.allocs) and _place_within_policy(
+            ctx, trial, work, gang
+        )
         trial.rollback()
         if still_fits:
             victim.state = WorkState.RUNNING
