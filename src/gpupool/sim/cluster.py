@@ -1,9 +1,10 @@
 """Cluster files (YAML `nodes` + `projects`, as in scenario files), the default cluster, policies.
 
 A cluster file has exactly the `nodes` and `projects` sections of the scenario format
-(docs/scenario-format.md), plus an optional `name`. It is validated by a small pydantic model at
-this edge (the simulator does not import the what-if driver) and converted once into the core's
-frozen `Node` and `Project`. Errors name the file, the line and the key.
+(docs/scenario-format.md), plus an optional `name`. It is validated with the pydantic models
+it shares with the scenario format (`gpupool.specs`; the simulator does not import the what-if
+driver) and converted once into the core's frozen `Node` and `Project`. Errors name the file,
+the line and the key.
 
 A policy decides how the projects are handed to the core: `guaranteed` as written (quotas are
 guaranteed, idle quota is lent out by over-quota weight and reclaimed), `static` each project
@@ -22,13 +23,14 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator
+from pydantic import Field
 from yaml.nodes import MappingNode, SequenceNode
 from yaml.nodes import Node as YamlNode
 
 from gpupool.core.model import MILLI_PER_GPU, Limits, Node, Project, Resources
 from gpupool.sim.errors import SimInputError
-from gpupool.units import parse_gpu_quota
+from gpupool.specs import AmountsSpec, Name, NodeSpec, ProjectSpec
+from gpupool.specs import SpecModel as _Model
 
 __all__ = [
     "Cluster",
@@ -102,48 +104,12 @@ def default_cluster() -> Cluster:
 
 # --- the file ------------------------------------------------------------------------------------
 
-Name = Annotated[str, Field(strict=True, min_length=1)]
-Int = Annotated[int, Field(strict=True)]
-NonNegInt = Annotated[int, Field(strict=True, ge=0)]
-PosInt = Annotated[int, Field(strict=True, ge=1)]
-GpuMilli = Annotated[int, PlainValidator(parse_gpu_quota)]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class _NodeSpec(_Model):
-    name: Name
-    gpus: NonNegInt
-    gpu_memory_mib: PosInt = 81920
-    gpu_model: Name | None = None
-    cpu_milli: PosInt | None = None
-    memory_mib: PosInt | None = None
-    labels: dict[Name, Name] = Field(default_factory=dict)
-
-
-class _AmountsSpec(_Model):
-    gpu: GpuMilli | None = None
-    cpu_milli: NonNegInt | None = None
-    memory_mib: NonNegInt | None = None
-
-
-class _ProjectSpec(_Model):
-    name: Name
-    parent: Name | None = None
-    quota: _AmountsSpec = _AmountsSpec()
-    over_quota_weight: NonNegInt = 1
-    limit: _AmountsSpec | None = None
-    priority: Int = 0
-    min_runtime_s: NonNegInt = 0
-
 
 class _ClusterSpec(_Model):
     version: Literal[1] | None = None
     name: Name | None = None
-    nodes: Annotated[list[_NodeSpec], Field(min_length=1)]
-    projects: Annotated[list[_ProjectSpec], Field(min_length=1)]
+    nodes: Annotated[list[NodeSpec], Field(min_length=1)]
+    projects: Annotated[list[ProjectSpec], Field(min_length=1)]
 
 
 def load_cluster(path: str | os.PathLike[str]) -> Cluster:
@@ -257,9 +223,9 @@ def _allowed_keys(loc: Sequence[int | str]) -> list[str]:
     """The keys allowed in the mapping at `loc` of a cluster file."""
     model: type[_Model] = _ClusterSpec
     if len(loc) >= 2 and loc[0] == "nodes":
-        model = _NodeSpec
+        model = NodeSpec
     elif len(loc) >= 2 and loc[0] == "projects":
-        model = _AmountsSpec if len(loc) >= 3 else _ProjectSpec
+        model = AmountsSpec if len(loc) >= 3 else ProjectSpec
     return list(model.model_fields)
 
 
@@ -302,7 +268,7 @@ def _build(spec: _ClusterSpec, path: str, root: YamlNode | None) -> Cluster:
                 f"{project.parent!r} is not a project defined above this one; define a parent "
                 f"(department) before its children",
             )
-        limit = project.limit or _AmountsSpec()
+        limit = project.limit or AmountsSpec()
         projects[project.name] = Project(
             name=project.name,
             parent=project.parent,

@@ -33,6 +33,7 @@ from gpupool.core.model import (
     WorkloadType,
 )
 from gpupool.core.model import Node as ClusterNode
+from gpupool.specs import AmountsSpec
 from gpupool.whatif.scenario import (
     Action,
     Event,
@@ -46,7 +47,6 @@ from gpupool.whatif.scenario import (
     WorkloadSetup,
 )
 from gpupool.whatif.schema import (
-    AmountsSpec,
     EventSpec,
     ExpectSpec,
     ScenarioSpec,

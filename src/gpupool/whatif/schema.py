@@ -14,9 +14,7 @@ from __future__ import annotations
 from typing import Annotated, Literal, Self
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     PlainValidator,
     ValidationInfo,
@@ -24,15 +22,20 @@ from pydantic import (
     model_validator,
 )
 
-from gpupool.units import GpuAmount, parse_gpu, parse_gpu_limit, parse_gpu_quota
+from gpupool.specs import (
+    AmountsSpec,
+    GpuMilli,
+    Int,
+    Name,
+    NodeSpec,
+    NonNegInt,
+    PosInt,
+    ProjectSpec,
+)
+from gpupool.specs import SpecModel as _Model
+from gpupool.units import GpuAmount, parse_gpu, parse_gpu_limit
 
-Name = Annotated[str, Field(strict=True, min_length=1)]
-Int = Annotated[int, Field(strict=True)]
-NonNegInt = Annotated[int, Field(strict=True, ge=0)]
-PosInt = Annotated[int, Field(strict=True, ge=1)]
 GpuPerTask = Annotated[GpuAmount, PlainValidator(parse_gpu)]
-GpuMilli = Annotated[int, PlainValidator(parse_gpu_quota)]
-"""A GPU amount for quotas, limits and shares, written in GPUs (`2.5`), held in milli-GPU."""
 
 
 def _one_or_many(value: object) -> object:
@@ -43,41 +46,9 @@ def _one_or_many(value: object) -> object:
 SelectorValues = Annotated[list[Name], BeforeValidator(_one_or_many)]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 class SettingsSpec(_Model):
     placement: Literal["binpack", "spread"] = "binpack"
     grace_period_s: NonNegInt = 0
-
-
-class NodeSpec(_Model):
-    name: Name
-    gpus: NonNegInt
-    gpu_memory_mib: PosInt = 81920
-    gpu_model: Name | None = None
-    cpu_milli: PosInt | None = None
-    memory_mib: PosInt | None = None
-    labels: dict[Name, Name] = Field(default_factory=dict)
-
-
-class AmountsSpec(_Model):
-    """A quota or limit: `gpu` in GPUs (held as milli-GPU), CPU in millicores, memory in MiB."""
-
-    gpu: GpuMilli | None = None
-    cpu_milli: NonNegInt | None = None
-    memory_mib: NonNegInt | None = None
-
-
-class ProjectSpec(_Model):
-    name: Name
-    parent: Name | None = None
-    quota: AmountsSpec = AmountsSpec()
-    over_quota_weight: NonNegInt = 1
-    limit: AmountsSpec | None = None
-    priority: Int = 0
-    min_runtime_s: NonNegInt = 0
 
 
 class WorkloadSpec(_Model):

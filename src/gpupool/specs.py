@@ -1,0 +1,66 @@
+"""Pydantic models of what several input files share: nodes, projects, quotas and limits.
+
+The scenario format (`gpupool.whatif.schema`) and the simulator's cluster file
+(`gpupool.sim.cluster`) describe nodes and projects the same way; both build on these. Every
+model forbids unknown keys and takes numbers strictly; GPU amounts are parsed once, here, into
+milli-GPU by `gpupool.units`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator
+
+from gpupool.units import parse_gpu_quota
+
+__all__ = [
+    "AmountsSpec",
+    "GpuMilli",
+    "Int",
+    "Name",
+    "NodeSpec",
+    "NonNegInt",
+    "PosInt",
+    "ProjectSpec",
+    "SpecModel",
+]
+
+Name = Annotated[str, Field(strict=True, min_length=1)]
+Int = Annotated[int, Field(strict=True)]
+NonNegInt = Annotated[int, Field(strict=True, ge=0)]
+PosInt = Annotated[int, Field(strict=True, ge=1)]
+GpuMilli = Annotated[int, PlainValidator(parse_gpu_quota)]
+"""A GPU amount for quotas, limits and shares, written in GPUs (`2.5`), held in milli-GPU."""
+
+
+class SpecModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NodeSpec(SpecModel):
+    name: Name
+    gpus: NonNegInt
+    gpu_memory_mib: PosInt = 81920
+    gpu_model: Name | None = None
+    cpu_milli: PosInt | None = None
+    memory_mib: PosInt | None = None
+    labels: dict[Name, Name] = Field(default_factory=dict)
+
+
+class AmountsSpec(SpecModel):
+    """A quota or limit: `gpu` in GPUs (held as milli-GPU), CPU in millicores, memory in MiB."""
+
+    gpu: GpuMilli | None = None
+    cpu_milli: NonNegInt | None = None
+    memory_mib: NonNegInt | None = None
+
+
+class ProjectSpec(SpecModel):
+    name: Name
+    parent: Name | None = None
+    quota: AmountsSpec = AmountsSpec()
+    over_quota_weight: NonNegInt = 1
+    limit: AmountsSpec | None = None
+    priority: Int = 0
+    min_runtime_s: NonNegInt = 0
