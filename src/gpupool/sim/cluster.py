@@ -27,7 +27,7 @@ from pydantic import Field
 from yaml.nodes import MappingNode, SequenceNode
 from yaml.nodes import Node as YamlNode
 
-from gpupool.core.model import MILLI_PER_GPU, Limits, Node, Project, Resources
+from gpupool.core.model import MILLI_PER_GPU, Node, Project, Resources
 from gpupool.sim.errors import SimInputError
 from gpupool.specs import AmountsSpec, Name, NodeSpec, ProjectSpec
 from gpupool.specs import SpecModel as _Model
@@ -239,17 +239,7 @@ def _build(spec: _ClusterSpec, path: str, root: YamlNode | None) -> Cluster:
                 f"nodes[{index}].name",
                 f"node {node.name!r} appears twice; node names must be unique",
             )
-        nodes.append(
-            Node(
-                name=node.name,
-                gpu_count=node.gpus,
-                gpu_memory_mib=node.gpu_memory_mib,
-                gpu_model=node.gpu_model,
-                cpu_milli=node.cpu_milli,
-                memory_mib=node.memory_mib,
-                labels=tuple(sorted(node.labels.items())),
-            )
-        )
+        nodes.append(node.to_core())
     projects: dict[str, Project] = {}
     for index, project in enumerate(spec.projects):
         where = ("projects", index)
@@ -268,20 +258,5 @@ def _build(spec: _ClusterSpec, path: str, root: YamlNode | None) -> Cluster:
                 f"{project.parent!r} is not a project defined above this one; define a parent "
                 f"(department) before its children",
             )
-        limit = project.limit or AmountsSpec()
-        projects[project.name] = Project(
-            name=project.name,
-            parent=project.parent,
-            quota=Resources(
-                gpu_milli=project.quota.gpu or 0,
-                cpu_milli=project.quota.cpu_milli or 0,
-                memory_mib=project.quota.memory_mib or 0,
-            ),
-            over_quota_weight=project.over_quota_weight,
-            limit=Limits(
-                gpu_milli=limit.gpu, cpu_milli=limit.cpu_milli, memory_mib=limit.memory_mib
-            ),
-            priority=project.priority,
-            min_runtime_s=project.min_runtime_s,
-        )
+        projects[project.name] = project.to_core()
     return Cluster(tuple(nodes), tuple(projects.values()), name=spec.name or path)

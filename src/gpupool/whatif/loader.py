@@ -23,17 +23,14 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from gpupool.core.model import (
     MILLI_PER_GPU,
     GpuRequest,
-    Limits,
     PlacementStrategy,
     Project,
-    Resources,
     SchedulerSettings,
     TaskPlacement,
     Workload,
     WorkloadType,
 )
 from gpupool.core.model import Node as ClusterNode
-from gpupool.specs import AmountsSpec
 from gpupool.whatif.scenario import (
     Action,
     Event,
@@ -439,15 +436,7 @@ class _Builder:
         for index, node in enumerate(self._spec.nodes):
             if node.name in self._nodes:
                 raise self._error(("nodes", index, "name"), f"node `{node.name}` is listed twice")
-            self._nodes[node.name] = ClusterNode(
-                name=node.name,
-                gpu_count=node.gpus,
-                gpu_memory_mib=node.gpu_memory_mib,
-                gpu_model=node.gpu_model,
-                cpu_milli=node.cpu_milli,
-                memory_mib=node.memory_mib,
-                labels=tuple(sorted(node.labels.items())),
-            )
+            self._nodes[node.name] = node.to_core()
 
     def _build_projects(self) -> None:
         specs = self._spec.projects
@@ -471,18 +460,7 @@ class _Builder:
                         "move it up",
                     )
                 self._departments.setdefault(parent, []).append(project.name)
-            limit = project.limit or AmountsSpec()
-            self._projects[project.name] = Project(
-                name=project.name,
-                parent=parent,
-                quota=_resources(project.quota),
-                over_quota_weight=project.over_quota_weight,
-                limit=Limits(
-                    gpu_milli=limit.gpu, cpu_milli=limit.cpu_milli, memory_mib=limit.memory_mib
-                ),
-                priority=project.priority,
-                min_runtime_s=project.min_runtime_s,
-            )
+            self._projects[project.name] = project.to_core()
 
     def _collect_workload_names(self) -> None:
         """All workload names (initial and submitted): unique, each in a leaf project."""
@@ -709,14 +687,6 @@ def _unknown(kind: str, name: str, known: Iterable[str]) -> str:
         return message + f" (no {kind}s are defined)"
     shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
     return message + f" (known {kind}s: {shown})"
-
-
-def _resources(amounts: AmountsSpec) -> Resources:
-    return Resources(
-        gpu_milli=amounts.gpu or 0,
-        cpu_milli=amounts.cpu_milli or 0,
-        memory_mib=amounts.memory_mib or 0,
-    )
 
 
 def _request(spec: WorkloadSpec) -> GpuRequest:
