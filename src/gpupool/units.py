@@ -16,7 +16,14 @@ from decimal import Decimal, InvalidOperation
 
 from gpupool.core.model import MILLI_PER_GPU, GpuRequest
 
-__all__ = ["GpuAmount", "format_gpu_milli", "parse_gpu", "parse_gpu_limit", "parse_gpu_quota"]
+__all__ = [
+    "GpuAmount",
+    "format_gpu_milli",
+    "parse_gpu",
+    "parse_gpu_limit",
+    "parse_gpu_quota",
+    "parse_memory_mib",
+]
 
 _MILLI = Decimal(MILLI_PER_GPU)
 
@@ -152,3 +159,32 @@ def parse_gpu_quota(value: object) -> int:
 def format_gpu_milli(milli: int) -> str:
     """Milli-GPU as a user writes GPUs: 2000 -> `2`, 500 -> `0.5`, 2250 -> `2.25`."""
     return _plain(Decimal(milli) / _MILLI)
+
+
+_MEMORY_UNITS_MIB = {"M": 1, "MI": 1, "MIB": 1, "G": 1024, "GI": 1024, "GIB": 1024, "T": 1024**2}
+
+
+def parse_memory_mib(value: object) -> int:
+    """A memory amount in MiB: `8G`, `8Gi`, `512M`, `81920` (a bare number is MiB).
+
+    >>> parse_memory_mib("8G")
+    8192
+    """
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"memory must be like 8G, 512M or 81920 (MiB) (got {_show(value)})")
+    text = str(value).strip().upper().replace(" ", "")
+    digits = text.rstrip("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    unit = text[len(digits) :] or "M"
+    if unit not in _MEMORY_UNITS_MIB:
+        raise ValueError(
+            f"memory unit {unit!r} is not known (got {_show(value)}): write 8G, 8Gi, 512M or "
+            "a number of MiB"
+        )
+    number = _to_decimal(digits, "memory", "8G or 512M") if digits else Decimal(-1)
+    mib = number * _MEMORY_UNITS_MIB[unit]
+    if mib <= 0 or mib != mib.to_integral_value():
+        raise ValueError(
+            f"memory must be a positive whole number of MiB (got {_show(value)}): "
+            "write 8G, 1.5G or 512M"
+        )
+    return int(mib)

@@ -1,4 +1,5 @@
-"""The `gpupool` command: one Typer app, one sub-command per task (`what-if`, `simulate`)."""
+"""The `gpupool` command: one Typer app, one sub-command per task (`what-if`, `simulate`, and
+the commands that talk to a server, in `gpupool.cli.cluster`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn
 
 from gpupool.cli.bench import bench_app
+from gpupool.cli.cluster import register as register_cluster_commands
+from gpupool.cli.server_cmd import register as register_server
 from gpupool.sim.cluster import Policy, default_cluster, load_cluster
 from gpupool.sim.compare import compare_policies, format_duration_s, summary_json
 from gpupool.sim.console import print_summary
@@ -35,6 +38,7 @@ app = typer.Typer(
 
 
 app.add_typer(bench_app, name="bench")
+register_cluster_commands(app)
 
 
 @app.callback()
@@ -259,3 +263,6 @@ def _write_all(outputs: dict[Path, str]) -> None:
         raise
     for temporary, path in staged:
         temporary.replace(path)
+
+
+register_server(app)

@@ -1,0 +1,5 @@
+"""`python -m gpupool` is the `gpupool` command."""
+
+from gpupool.cli.main import app
+
+app()

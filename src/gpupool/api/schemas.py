@@ -1,0 +1,439 @@
+"""Request and response bodies of the gpupool HTTP API (version 1)."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Self
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from gpupool.units import GpuAmount, parse_gpu, parse_gpu_limit, parse_gpu_quota, parse_memory_mib
+
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
+Name = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=63,
+        pattern=NAME_PATTERN,
+        description="lower-case letters, digits, '.', '_' and '-'; starts and ends alphanumeric",
+    ),
+]
+NonNeg = Annotated[int, Field(ge=0, le=2**31 - 1)]
+Pos = Annotated[int, Field(ge=1, le=2**31 - 1)]
+Priority = Annotated[int, Field(ge=-1_000_000, le=1_000_000)]
+
+
+class Role(enum.StrEnum):
+    ADMIN = "admin"
+    RESEARCHER = "researcher"
+
+
+class WorkloadType(enum.StrEnum):
+    TRAIN = "train"
+    INTERACTIVE = "interactive"
+    INFERENCE = "inference"
+
+
+class WorkloadStatus(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETING = "completing"
+    """A task ended successfully; the others are finishing. Never restarted."""
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    DELETING = "deleting"
+
+
+class TaskState(enum.StrEnum):
+    STARTING = "starting"
+    """Bound by the scheduler; the executor has not confirmed it runs yet."""
+    RUNNING = "running"
+    STOPPING = "stopping"
+    """Asked to stop (preempted, moved, suspended, deleted); its devices stay busy until gone."""
+    DONE = "done"
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+def _gpu_quota(value: object) -> int:
+    return parse_gpu_quota(value)
+
+
+class AmountsIn(_In):
+    """A quota or limit: `gpu` in GPUs as written (`4`, `2.5`), CPU in millicores, memory as
+    `64G` or MiB."""
+
+    gpu: float | str | None = Field(default=None, examples=[4, 2.5])
+    cpu_milli: NonNeg | None = None
+    memory: str | int | None = Field(default=None, examples=["64G"])
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu(cls, value: float | str | None) -> float | str | None:
+        if value is not None:
+            parse_gpu_quota(value)
+        return value
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, value: str | int | None) -> str | int | None:
+        if value is not None:
+            parse_memory_mib(value)
+        return value
+
+    @property
+    def gpu_milli(self) -> int | None:
+        return None if self.gpu is None else parse_gpu_quota(self.gpu)
+
+    @property
+    def memory_mib(self) -> int | None:
+        return None if self.memory is None else parse_memory_mib(self.memory)
+
+
+class Amounts(_Out):
+    gpu_milli: int | None = None
+    cpu_milli: int | None = None
+    memory_mib: int | None = None
+
+
+class DepartmentIn(_In):
+    name: Name
+    quota: AmountsIn = AmountsIn()
+    over_quota_weight: NonNeg = 1
+    limit: AmountsIn | None = None
+    priority: Priority = 0
+
+
+class ProjectIn(_In):
+    name: Name
+    department: Name | None = None
+    quota: AmountsIn = AmountsIn()
+    over_quota_weight: NonNeg = 1
+    limit: AmountsIn | None = None
+    priority: Priority = 0
+    min_runtime_s: NonNeg = 0
+
+
+class ProjectPatch(_In):
+    """Fields to change; a field left out keeps its value. `limit: null` removes the limit."""
+
+    quota: AmountsIn | None = None
+    over_quota_weight: NonNeg | None = None
+    limit: AmountsIn | None = None
+    priority: Priority | None = None
+    min_runtime_s: NonNeg | None = None
+
+
+class ProjectOut(_Out):
+    name: str
+    kind: str
+    """`department` or `project`."""
+    department: str | None
+    quota: Amounts
+    over_quota_weight: int
+    limit: Amounts | None
+    priority: int
+    min_runtime_s: int
+    fair_share: Amounts | None = None
+    """From the last scheduling cycle; null before the first."""
+    holding: Amounts | None = None
+    demand: Amounts | None = None
+    warnings: list[str] = []
+
+
+class DeviceIn(_In):
+    index: NonNeg
+    uuid: str | None = Field(default=None, max_length=128)
+    model: str | None = Field(default=None, max_length=128)
+    memory_mib: Pos
+
+
+class NodeIn(_In):
+    name: Name
+    gpu_count: Annotated[int, Field(ge=0, le=1024)]
+    gpu_memory_mib: Pos = 81920
+    gpu_model: str | None = Field(default=None, max_length=128)
+    cpu_milli: Pos | None = None
+    memory_mib: Pos | None = None
+    labels: dict[Name, Annotated[str, Field(max_length=63)]] = {}
+    devices: list[DeviceIn] = []
+
+    @model_validator(mode="after")
+    def _devices_match(self) -> Self:
+        if self.devices and sorted(d.index for d in self.devices) != list(range(self.gpu_count)):
+            raise ValueError(
+                f"devices must list indices 0..{self.gpu_count - 1} once each "
+                f"(gpu_count is {self.gpu_count})"
+            )
+        return self
+
+
+class DeviceOut(_Out):
+    index: int
+    uuid: str | None
+    model: str | None
+    memory_mib: int
+    allocated_milli: int = 0
+    workloads: list[str] = []
+
+
+class NodeOut(_Out):
+    name: str
+    executor: str
+    state: str
+    gpu_count: int
+    gpu_memory_mib: int
+    gpu_model: str | None
+    cpu_milli: int | None
+    memory_mib: int | None
+    labels: dict[str, str]
+    allocated_gpu_milli: int = 0
+    devices: list[DeviceOut] = []
+
+
+class WorkloadIn(_In):
+    """A submission. Give the GPU per task as exactly one of `gpu` (whole devices like 1, or a
+    fraction like 0.5) and `gpu_memory` (like `8G`)."""
+
+    name: Name
+    project: Name
+    type: WorkloadType = WorkloadType.TRAIN
+    gpu: float | str | None = Field(default=None, examples=[1, 0.5])
+    gpu_memory: str | int | None = Field(default=None, examples=["8G"])
+    gpu_limit: float | str | None = Field(default=None, examples=[0.8])
+    tasks: Annotated[int, Field(ge=1, le=10_000)] = 1
+    min_available: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    priority: Priority | None = None
+    preemptible: bool | None = None
+    cpu_milli: NonNeg = 0
+    memory: str | int | None = None
+    command: list[Annotated[str, Field(max_length=4096)]] = Field(default=[], max_length=256)
+    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = {}
+    node_selector: dict[Name, list[Name]] = {}
+    duration_s: Annotated[float, Field(gt=0, le=10**9)] | None = None
+    """Simulated executor only: how long each task 'runs'. Real executors ignore it."""
+    grace_period_s: Annotated[int, Field(ge=0, le=86_400)] = 30
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu(cls, value: float | str | None) -> float | str | None:
+        if value is not None:
+            parse_gpu(value)
+        return value
+
+    @field_validator("gpu_memory", "memory")
+    @classmethod
+    def _memory(cls, value: str | int | None) -> str | int | None:
+        if value is not None:
+            parse_memory_mib(value)
+        return value
+
+    @field_validator("gpu_limit")
+    @classmethod
+    def _gpu_limit(cls, value: float | str | None, info: ValidationInfo) -> float | str | None:
+        if value is None:
+            return None
+        if "gpu" not in info.data:
+            return value  # gpu itself was wrong; that error is reported there
+        gpu = info.data["gpu"]
+        if gpu is None:
+            raise ValueError(
+                "gpu_limit applies to a fractional gpu only: give gpu too "
+                "(like gpu: 0.25 with gpu_limit: 0.8)"
+            )
+        parse_gpu_limit(value, parse_gpu(gpu))
+        return value
+
+    @field_validator("min_available")
+    @classmethod
+    def _min_available(cls, value: int | None, info: ValidationInfo) -> int | None:
+        tasks = info.data.get("tasks")
+        if value is not None and tasks is not None and value > tasks:
+            raise ValueError(
+                f"min_available ({value}) cannot be more than tasks ({tasks}): it is how many "
+                "of the tasks must run together; lower it or raise tasks"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_gpu_request(self) -> Self:
+        if self.gpu is not None and self.gpu_memory is not None:
+            raise ValueError("give gpu or gpu_memory, not both")
+        if self.gpu is None and self.gpu_memory is None:
+            raise ValueError("give the GPU per task: gpu (like 1 or 0.5) or gpu_memory (like 8G)")
+        return self
+
+    @property
+    def gpu_amount(self) -> GpuAmount | None:
+        return None if self.gpu is None else parse_gpu(self.gpu)
+
+    @property
+    def gpu_limit_milli(self) -> int | None:
+        amount = self.gpu_amount
+        if self.gpu_limit is None or amount is None:
+            return None
+        return parse_gpu_limit(self.gpu_limit, amount)
+
+    @property
+    def gpu_memory_mib(self) -> int | None:
+        return None if self.gpu_memory is None else parse_memory_mib(self.gpu_memory)
+
+    @property
+    def memory_mib(self) -> int:
+        return 0 if self.memory is None else parse_memory_mib(self.memory)
+
+
+class TaskOut(_Out):
+    task_index: int
+    launch_id: str
+    state: TaskState
+    node: str
+    devices: list[int]
+    burst_device: int | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    exit_code: int | None
+    reason: str | None
+
+
+class EventOut(_Out):
+    id: int
+    at: float
+    kind: str
+    project: str | None
+    workload: str | None
+    node: str | None
+    message: str
+
+
+class WorkloadOut(_Out):
+    id: int
+    name: str
+    project: str
+    type: WorkloadType
+    status: WorkloadStatus
+    gpu_kind: str
+    """`whole` (gpu_amount devices), `fraction` (milli-GPU) or `memory` (MiB)."""
+    gpu_amount: int
+    gpu_limit_milli: int | None
+    gpu_milli_per_task: int | None
+    """Charge per task where known (whole and fraction)."""
+    tasks: int
+    min_available: int | None
+    priority: int
+    preemptible: bool
+    cpu_milli: int
+    memory_mib: int
+    command: list[str]
+    env: dict[str, str]
+    duration_s: float | None
+    grace_period_s: int
+    submitted_by: str | None
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    pending_reason: str | None
+    preemptions: int
+    running_tasks: int
+
+
+class WorkloadDetail(WorkloadOut):
+    task_list: list[TaskOut]
+    events: list[EventOut]
+
+
+class WorkloadPage(_Out):
+    items: list[WorkloadOut]
+    total: int
+
+
+class LogChunk(_Out):
+    text: str
+    next_offset: int
+    complete: bool
+    """True when the task has ended and `text` reaches the end of its log."""
+
+
+class UserIn(_In):
+    name: Name
+    role: Role = Role.RESEARCHER
+    projects: list[Name] = []
+
+
+class UserOut(_Out):
+    name: str
+    role: Role
+    projects: list[str]
+
+
+class TokenIn(_In):
+    label: Annotated[str, Field(max_length=100)] = "cli"
+
+
+class TokenOut(_Out):
+    token: str
+    """Shown once; the server keeps only its hash."""
+    user: str
+    role: Role
+
+
+class ProjectsIn(_In):
+    projects: list[Name]
+
+
+class ProjectTop(_Out):
+    name: str
+    quota_gpu_milli: int
+    fair_share_gpu_milli: int | None
+    allocated_gpu_milli: int
+    requested_gpu_milli: int
+    running: int
+    pending: int
+
+
+class NodeTop(_Out):
+    name: str
+    gpu_count: int
+    allocated_gpu_milli: int
+    devices: list[DeviceOut]
+
+
+class TopOut(_Out):
+    at: float
+    capacity_gpu_milli: int
+    allocated_gpu_milli: int
+    projects: list[ProjectTop]
+    nodes: list[NodeTop]
+    last_cycle_at: float | None
+    last_cycle_ms: float | None
+
+
+class ErrorDetail(_Out):
+    field: str | None
+    message: str
+
+
+class ErrorOut(_Out):
+    detail: str
+    errors: list[ErrorDetail] = []
+
+
+class Health(_Out):
+    status: str
+    version: str

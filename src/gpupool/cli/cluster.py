@@ -1,0 +1,841 @@
+"""The `gpupool` commands that talk to a gpupool server (`register(app)` adds them).
+
+`login` saves the server and token in the config file (`gpupool.client.config`); every other
+command reads them from there or from `GPUPOOL_SERVER` / `GPUPOOL_TOKEN` / `GPUPOOL_PROJECT`.
+Tables by default; `--json` prints the API's models as JSON instead. Errors go to stderr as one
+red line `error: <detail>` plus one line `  <field>: <message>` per field.
+
+Exit codes, for scripts:
+
+    0    ok
+    1    anything else (an unexpected answer, a server error)
+    2    bad input: rejected before any request, or by the server (HTTP 400, 422)
+    3    not found (HTTP 404)
+    4    not logged in, not authenticated or not allowed (HTTP 401, 403)
+    5    conflict, e.g. the name is taken (HTTP 409)
+    6    the server cannot be reached
+    130  interrupted (Ctrl-C) while following logs or watching `top`
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from pydantic import BaseModel, ValidationError
+from rich import box
+from rich.console import Console, Group
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+
+from gpupool.api.schemas import (
+    Amounts,
+    DepartmentIn,
+    ErrorDetail,
+    ProjectIn,
+    ProjectOut,
+    ProjectPatch,
+    Role,
+    TopOut,
+    UserIn,
+    UserOut,
+    WorkloadDetail,
+    WorkloadIn,
+    WorkloadOut,
+    WorkloadPage,
+    WorkloadStatus,
+    WorkloadType,
+)
+from gpupool.client.config import (
+    ENV_OVERRIDES,
+    ClientConfig,
+    ConfigError,
+    NotLoggedInError,
+    check_project_name,
+    config_path,
+    effective_config,
+    normalize_server,
+    read_config,
+    write_config,
+)
+from gpupool.client.http import ApiError, GpupoolClient, ServerUnreachable
+from gpupool.sim.compare import format_duration_s
+from gpupool.units import format_gpu_milli
+
+__all__ = ["ExitCode", "format_gpu_request", "register"]
+
+LOG_POLL_INTERVAL_S = 0.5
+LIST_PAGE_SIZE = 500
+REASON_WIDTH = 60
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    ERROR = 1
+    BAD_INPUT = 2
+    NOT_FOUND = 3
+    NOT_ALLOWED = 4
+    CONFLICT = 5
+    UNREACHABLE = 6
+    INTERRUPTED = 130
+
+
+_EXIT_BY_STATUS = {
+    400: ExitCode.BAD_INPUT,
+    422: ExitCode.BAD_INPUT,
+    404: ExitCode.NOT_FOUND,
+    401: ExitCode.NOT_ALLOWED,
+    403: ExitCode.NOT_ALLOWED,
+    409: ExitCode.CONFLICT,
+}
+
+# -- errors and output, once -------------------------------------------------------------------
+
+
+def fail(
+    detail: str, errors: Sequence[ErrorDetail] = (), code: int = ExitCode.BAD_INPUT
+) -> NoReturn:
+    """Print `error: <detail>` to stderr, then `  <field>: <message>` for each field error the
+    detail does not already say, and exit with `code`."""
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console.print(f"[red]error: {escape(detail)}[/]")
+    for error in errors:
+        if error.message not in detail:
+            where = f"{error.field}: " if error.field else ""
+            console.print(f"  {escape(where + error.message)}")
+    raise typer.Exit(code)
+
+
+def invalid_request(error: ValidationError) -> ApiError:
+    """The server's 422 answer to the same input, so local checks read the same."""
+    errors = [
+        ErrorDetail(
+            field=".".join(str(part) for part in item["loc"]) or None,
+            message=item["msg"].removeprefix("Value error, "),
+        )
+        for item in error.errors()
+    ]
+    summary = "; ".join(f"{e.field}: {e.message}" if e.field else e.message for e in errors)
+    return ApiError(422, f"invalid request: {summary}", errors)
+
+
+@contextmanager
+def handled() -> Iterator[None]:
+    """Turn the client's, the config's and validation errors into an error line and exit code."""
+    try:
+        yield
+    except ApiError as error:
+        fail(error.detail, error.errors, _EXIT_BY_STATUS.get(error.status, ExitCode.ERROR))
+    except ServerUnreachable as error:
+        fail(str(error), code=ExitCode.UNREACHABLE)
+    except NotLoggedInError as error:
+        fail(str(error), code=ExitCode.NOT_ALLOWED)
+    except ConfigError as error:
+        fail(str(error))
+    except ValidationError as error:
+        invalid = invalid_request(error)
+        fail(invalid.detail, invalid.errors)
+    except KeyboardInterrupt:
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
+
+
+@contextmanager
+def connect() -> Iterator[GpupoolClient]:
+    """A client for the configured server; errors inside the block exit as documented."""
+    with handled():
+        server, token = effective_config().login()
+        with GpupoolClient(server, token) as client:
+            yield client
+
+
+def resolve_project(project: str | None) -> str:
+    """`--project`, else the configured default project, else a clear error."""
+    with handled():
+        chosen = project or effective_config().project
+        if not chosen:
+            fail(
+                "no project given: pass --project NAME, or set a default with "
+                "`gpupool config set project NAME`"
+            )
+        return chosen
+
+
+def stdout() -> Console:
+    return Console(highlight=False)
+
+
+def show(data: BaseModel | Sequence[BaseModel], as_json: bool, render: Callable[[], Any]) -> None:
+    """Print `data` as JSON, or what `render()` returns (a rich renderable, or plain text)."""
+    if as_json:
+        if isinstance(data, BaseModel):
+            typer.echo(data.model_dump_json(indent=2))
+        else:
+            typer.echo(json.dumps([item.model_dump(mode="json") for item in data], indent=2))
+    else:
+        rendered = render()
+        stdout().print(rendered, markup=not isinstance(rendered, str))
+
+
+def table(*columns: str, title: str | None = None) -> Table:
+    """A table in the style of `what-if`; columns whose header ends in `>` are right-aligned."""
+    result = Table(
+        title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False
+    )
+    for column in columns:
+        right = column.endswith(">")
+        result.add_column(column.rstrip(">"), justify="right" if right else "left")
+    return result
+
+
+# -- formatting ---------------------------------------------------------------------------------
+
+
+def gpus(milli: int | None) -> str:
+    return "-" if milli is None else format_gpu_milli(milli)
+
+
+def amount_gpus(amounts: Amounts | None) -> str:
+    return gpus(None if amounts is None else amounts.gpu_milli)
+
+
+def memory_text(mib: int) -> str:
+    """`8192` -> `8G`, `1536` -> `1536M`: how a user writes it."""
+    return f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"
+
+
+def format_gpu_request(workload: WorkloadOut) -> str:
+    """The GPU per task as the user wrote it: `2`, `0.5`, `0.25 (limit 0.8)`, `8G`."""
+    if workload.gpu_kind == "memory":
+        return memory_text(workload.gpu_amount)
+    if workload.gpu_kind == "fraction":
+        text = format_gpu_milli(workload.gpu_amount)
+        if workload.gpu_limit_milli is not None:
+            text += f" (limit {format_gpu_milli(workload.gpu_limit_milli)})"
+        return text
+    return str(workload.gpu_amount)
+
+
+def age(at: float | None) -> str:
+    return "-" if at is None else format_duration_s(max(0.0, time.time() - at))
+
+
+def clock(at: float | None) -> str:
+    return "-" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
+def shorten(text: str | None, width: int = REASON_WIDTH) -> str:
+    if not text:
+        return ""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def workload_table(workloads: Sequence[WorkloadOut]) -> Table:
+    rows = table("PROJECT", "NAME", "TYPE", "STATUS", "GPU/TASK>", "TASKS>", "AGE>", "REASON")
+    for w in workloads:
+        rows.add_row(
+            w.project,
+            w.name,
+            w.type,
+            w.status,
+            format_gpu_request(w),
+            f"{w.running_tasks}/{w.tasks}",
+            age(w.submitted_at),
+            escape(shorten(w.pending_reason)),
+        )
+    return rows
+
+
+def project_table(projects: Sequence[ProjectOut]) -> Group:
+    rows = table(
+        "NAME", "KIND", "DEPARTMENT", "QUOTA>", "FAIR SHARE>", "HOLDING>", "DEMAND>", "LIMIT>",
+        "WEIGHT>", "PRIORITY>", title="Projects (GPUs)",
+    )  # fmt: skip
+    warnings = []
+    for p in projects:
+        rows.add_row(
+            p.name,
+            p.kind,
+            p.department or "-",
+            amount_gpus(p.quota),
+            amount_gpus(p.fair_share),
+            amount_gpus(p.holding),
+            amount_gpus(p.demand),
+            amount_gpus(p.limit),
+            str(p.over_quota_weight),
+            str(p.priority),
+        )
+        warnings += [f"[yellow]warning:[/] {escape(p.name)}: {escape(w)}" for w in p.warnings]
+    return Group(rows, *warnings)
+
+
+def describe_view(w: WorkloadDetail) -> Group:
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column()
+    preemptible = "preemptible" if w.preemptible else "not preemptible"
+    gang = f", at least {w.min_available} together" if w.min_available else ""
+    submitted = f"{clock(w.submitted_at)} by {w.submitted_by or '-'}, {age(w.submitted_at)} ago"
+    for key, value in [
+        ("Workload", f"{w.project}/{w.name}"),
+        ("Type", f"{w.type}, priority {w.priority}, {preemptible}"),
+        ("Status", w.status),
+        ("Pending reason", w.pending_reason or "-"),
+        ("GPU per task", format_gpu_request(w)),
+        ("Tasks", f"{w.running_tasks} running of {w.tasks}{gang}"),
+        ("Command", " ".join(w.command) or "-"),
+        ("Env", " ".join(f"{k}={v}" for k, v in w.env.items()) or "-"),
+        ("Submitted", submitted),
+        ("Started", clock(w.started_at)),
+        ("Finished", clock(w.finished_at)),
+        ("Preemptions", str(w.preemptions)),
+    ]:  # fmt: skip
+        facts.add_row(key, escape(value))
+    tasks = table("TASK>", "STATE", "NODE", "DEVICES", "STARTED", "EXIT>", "REASON", title="Tasks")
+    for t in w.task_list:
+        devices = ",".join(map(str, t.devices)) or "-"
+        if t.burst_device is not None:
+            devices += f" (burst {t.burst_device})"
+        exit_code = "-" if t.exit_code is None else str(t.exit_code)
+        started = clock(t.started_at)
+        tasks.add_row(str(t.task_index), t.state, t.node, devices, started, exit_code, t.reason)
+    events = table("TIME", "KIND", "MESSAGE", title="Events")
+    for e in w.events:
+        events.add_row(clock(e.at), e.kind, escape(e.message))
+    return Group(facts, "", tasks if w.task_list else "[bold]Tasks[/]: none placed yet", events)
+
+
+def top_view(top: TopOut) -> Group:
+    share = 100 * top.allocated_gpu_milli / top.capacity_gpu_milli if top.capacity_gpu_milli else 0
+    cycle = "no scheduling cycle yet"
+    if top.last_cycle_at is not None:
+        cycle = f"last cycle {age(top.last_cycle_at)} ago, {top.last_cycle_ms or 0:.0f} ms"
+    header = (
+        f"[bold]{gpus(top.allocated_gpu_milli)} of {gpus(top.capacity_gpu_milli)} GPUs "
+        f"allocated ({share:.0f}%)[/]; {cycle}"
+    )
+    projects = table(
+        "PROJECT", "QUOTA>", "FAIR SHARE>", "ALLOCATED>", "REQUESTED>", "RUNNING>", "PENDING>",
+        title="By project (GPUs)",
+    )  # fmt: skip
+    for p in top.projects:
+        projects.add_row(
+            p.name,
+            gpus(p.quota_gpu_milli),
+            gpus(p.fair_share_gpu_milli),
+            gpus(p.allocated_gpu_milli),
+            gpus(p.requested_gpu_milli),
+            str(p.running),
+            str(p.pending),
+        )
+    nodes = table("NODE", "GPUS>", "ALLOCATED>", "DEVICES (index:allocated)", title="By node")
+    for n in top.nodes:
+        devices = " ".join(f"{d.index}:{gpus(d.allocated_milli)}" for d in n.devices)
+        nodes.add_row(n.name, str(n.gpu_count), gpus(n.allocated_gpu_milli), devices)
+    return Group(header, projects, nodes)
+
+
+# -- login and config ---------------------------------------------------------------------------
+
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print the API's JSON instead of a table.")
+]
+ProjectOption = Annotated[
+    str | None,
+    typer.Option("--project", "-p", metavar="NAME", help="Project (default: the configured one)."),
+]
+WorkloadName = Annotated[str, typer.Argument(metavar="NAME", help="The workload's name.")]
+
+
+def login(
+    server: Annotated[
+        str | None,
+        typer.Option(metavar="URL", help="Server URL, like http://127.0.0.1:8000."),
+    ] = None,
+    token: Annotated[str | None, typer.Option(metavar="TOKEN", help="Your API token.")] = None,
+    token_file: Annotated[
+        Path | None, typer.Option(metavar="PATH", help="Read the token from this file.")
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Check a server URL and token with the server and save them in the config file."""
+    with handled():
+        if (token is None) == (token_file is None):
+            fail("give the token with --token TOKEN or --token-file PATH (one of them)")
+        if token_file is not None:
+            try:
+                token = token_file.read_text(encoding="utf-8").strip()
+            except OSError as error:
+                fail(f"cannot read the token file {token_file}: {error.strerror}")
+        if not token:
+            fail("the token is empty")
+        path = config_path()
+        saved = read_config(path)
+        chosen = server or os.environ.get(ENV_OVERRIDES["server"]) or saved.server
+        if not chosen:
+            fail("give the server with --server URL, like http://127.0.0.1:8000")
+        url = normalize_server(chosen)
+        with GpupoolClient(url, token) as client:
+            me = client.whoami()
+        project = saved.project
+        if me.role != Role.ADMIN and project not in me.projects:
+            project = me.projects[0] if len(me.projects) == 1 else None
+        write_config(ClientConfig(server=url, token=token, project=project), path)
+    projects = ", ".join(me.projects) or "none"
+    show(
+        me,
+        json_output,
+        lambda: (
+            f"Logged in to {url} as {me.name} ({me.role}); projects: {projects}; "
+            f"default project: {project or 'none'}. Saved in {path}."
+        ),
+    )
+
+
+class ConfigKey(enum.StrEnum):
+    SERVER = "server"
+    PROJECT = "project"
+
+
+config_app = typer.Typer(help="Show or change the CLI's config file.", no_args_is_help=True)
+
+
+@config_app.command("set")
+def config_set(
+    key: Annotated[ConfigKey, typer.Argument(help="What to set.")],
+    value: Annotated[str, typer.Argument(help="The new value.")],
+) -> None:
+    """Set the server URL or the default project in the config file."""
+    with handled():
+        path = config_path()
+        saved = read_config(path)
+        if key == ConfigKey.SERVER:
+            saved = ClientConfig(normalize_server(value), saved.token, saved.project)
+        else:
+            saved = ClientConfig(saved.server, saved.token, check_project_name(value))
+        write_config(saved, path)
+    stdout().print(f"{key} = {escape(value)} (in {path})")
+
+
+@config_app.command("show")
+def config_show(json_output: JsonOption = False) -> None:
+    """Show the config in effect: the file's values, with the GPUPOOL_* variables on top."""
+    with handled():
+        config = effective_config()
+    token = config.token and f"{config.token[:6]}… ({len(config.token)} characters)"
+    values = {"server": config.server, "token": token, "project": config.project}
+    if json_output:
+        typer.echo(json.dumps({"path": str(config_path()), **values}, indent=2))
+        return
+    console = stdout()
+    console.print(f"config file: {config_path()}")
+    for key, value in values.items():
+        source = f"  (from {ENV_OVERRIDES[key]})" if os.environ.get(ENV_OVERRIDES[key]) else ""
+        console.print(f"{key}: {escape(value or '-')}{source}")
+
+
+# -- workloads ----------------------------------------------------------------------------------
+
+
+def submit(
+    name: WorkloadName,
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="-- COMMAND", help="The command each task runs, after `--`."),
+    ] = None,
+    project: ProjectOption = None,
+    type_: Annotated[WorkloadType, typer.Option("--type", help="Workload type.")] = (
+        WorkloadType.TRAIN
+    ),
+    gpu: Annotated[
+        str | None, typer.Option(help="GPUs per task: whole devices (1, 2) or a fraction (0.5).")
+    ] = None,
+    gpu_memory: Annotated[
+        str | None, typer.Option(help="GPU memory per task instead of --gpu, like 8G.")
+    ] = None,
+    gpu_limit: Annotated[
+        str | None, typer.Option(help="A fraction may burst up to this while it is idle (0.8).")
+    ] = None,
+    tasks: Annotated[int | None, typer.Option(help="Number of tasks (default 1).")] = None,
+    min_available: Annotated[
+        int | None, typer.Option(help="Tasks that must start together (a gang).")
+    ] = None,
+    priority: Annotated[int | None, typer.Option(help="Priority inside the project.")] = None,
+    preemptible: Annotated[
+        bool | None,
+        typer.Option("--preemptible/--non-preemptible", help="Default: by type."),
+    ] = None,
+    duration_s: Annotated[
+        float | None,
+        typer.Option("--duration", metavar="SECONDS", help="Simulated nodes: how long tasks run."),
+    ] = None,
+    grace_period_s: Annotated[
+        int | None,
+        typer.Option("--grace-period", metavar="SECONDS", help="Time to stop before a kill."),
+    ] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", "-e", metavar="K=V", help="Repeatable.")
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Submit a workload: `gpupool submit job1 --gpu 1 -- python train.py --lr 0.1`."""
+    chosen = resolve_project(project)
+    variables: dict[str, str] = {}
+    for item in env or []:
+        key, equals, value = item.partition("=")
+        if not equals:
+            fail(f"--env takes KEY=VALUE (got {item!r})")
+        variables[key] = value
+    fields: dict[str, object] = {
+        "gpu": gpu,
+        "gpu_memory": gpu_memory,
+        "gpu_limit": gpu_limit,
+        "tasks": tasks,
+        "min_available": min_available,
+        "priority": priority,
+        "preemptible": preemptible,
+        "duration_s": duration_s,
+        "grace_period_s": grace_period_s,
+    }
+    given = {key: value for key, value in fields.items() if value is not None}
+    with handled():
+        base = {"name": name, "project": chosen, "type": type_, "env": variables}
+        spec = WorkloadIn.model_validate(base | {"command": command or []} | given)
+    with connect() as client:
+        workload = client.submit(spec)
+
+    def render() -> str:
+        text = f"Submitted {workload.project}/{workload.name}: {workload.status}"
+        return text + (f" ({workload.pending_reason})" if workload.pending_reason else "")
+
+    show(workload, json_output, render)
+
+
+def list_workloads(
+    project: ProjectOption = None,
+    status: Annotated[WorkloadStatus | None, typer.Option(help="Only this status.")] = None,
+    all_projects: Annotated[
+        bool, typer.Option("--all", "-A", help="Every project you can see, not the default one.")
+    ] = False,
+    json_output: JsonOption = False,
+) -> None:
+    """List workloads: of --project, else of the default project, else of every project."""
+    if all_projects and project:
+        fail("give --project NAME or --all, not both")
+    with handled():
+        chosen = None if all_projects else project or effective_config().project
+    items: list[WorkloadOut] = []
+    with connect() as client:
+        while True:
+            page = client.list_workloads(chosen, status, limit=LIST_PAGE_SIZE, offset=len(items))
+            items += page.items
+            if not page.items or len(items) >= page.total:
+                break
+    show(WorkloadPage(items=items, total=len(items)), json_output, lambda: workload_table(items))
+
+
+def describe(
+    name: WorkloadName, project: ProjectOption = None, json_output: JsonOption = False
+) -> None:
+    """Everything about a workload: why it waits, its tasks and its events."""
+    chosen = resolve_project(project)
+    with connect() as client:
+        detail = client.describe(chosen, name)
+    show(detail, json_output, lambda: describe_view(detail))
+
+
+def logs(
+    name: WorkloadName,
+    project: ProjectOption = None,
+    task: Annotated[int, typer.Option(min=0, help="Task index.")] = 0,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing until the task ends.")
+    ] = False,
+) -> None:
+    """Print a task's log; with -f, follow it until the task ends (Ctrl-C stops)."""
+    chosen = resolve_project(project)
+    offset = 0
+    with connect() as client:
+        while True:
+            chunk = client.logs(chosen, name, task, offset)
+            typer.echo(chunk.text, nl=False)
+            offset = chunk.next_offset
+            if chunk.complete or (not chunk.text and not follow):
+                break
+            if not chunk.text:
+                time.sleep(LOG_POLL_INTERVAL_S)
+
+
+WorkloadAction = Callable[[GpupoolClient, str, str], WorkloadOut]
+
+
+def _workload_action(action: WorkloadAction, doc: str) -> Callable[..., None]:
+    def command(
+        name: WorkloadName, project: ProjectOption = None, json_output: JsonOption = False
+    ) -> None:
+        chosen = resolve_project(project)
+        with connect() as client:
+            workload = action(client, chosen, name)
+        show(
+            workload, json_output, lambda: f"{workload.project}/{workload.name}: {workload.status}"
+        )
+
+    command.__doc__ = doc
+    return command
+
+
+# -- cluster views ------------------------------------------------------------------------------
+
+
+def projects(
+    departments: Annotated[
+        bool, typer.Option("--departments", help="List the departments instead.")
+    ] = False,
+    json_output: JsonOption = False,
+) -> None:
+    """Projects: quota, fair share, holding, demand, limit, weight and priority (GPUs)."""
+    with connect() as client:
+        rows = client.departments() if departments else client.projects()
+    show(rows, json_output, lambda: project_table(rows))
+
+
+def nodes(json_output: JsonOption = False) -> None:
+    """Nodes: GPUs, allocated, model and state."""
+    with connect() as client:
+        rows = client.nodes()
+
+    def render() -> Table:
+        view = table("NODE", "STATE", "GPUS>", "ALLOCATED>", "MODEL", "MEMORY/GPU>", "EXECUTOR")
+        for n in rows:
+            memory = memory_text(n.gpu_memory_mib)
+            model = n.gpu_model or "-"
+            allocated = gpus(n.allocated_gpu_milli)
+            view.add_row(n.name, n.state, str(n.gpu_count), allocated, model, memory, n.executor)
+        return view
+
+    show(rows, json_output, render)
+
+
+def top(
+    watch_s: Annotated[
+        float | None,
+        typer.Option("--watch", min=0.1, metavar="SECONDS", help="Refresh every SECONDS."),
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Live GPU allocation by project and by node; --watch refreshes until Ctrl-C."""
+    with connect() as client:
+        snapshot = client.top()
+        if watch_s is None:
+            show(snapshot, json_output, lambda: top_view(snapshot))
+        elif json_output:  # one JSON document per line
+            while True:
+                typer.echo(snapshot.model_dump_json())
+                time.sleep(watch_s)
+                snapshot = client.top()
+        else:
+            with Live(top_view(snapshot), console=stdout(), auto_refresh=False) as live:
+                while True:
+                    time.sleep(watch_s)
+                    live.update(top_view(client.top()), refresh=True)
+
+
+# -- admin --------------------------------------------------------------------------------------
+
+project_app = typer.Typer(help="Create, change or delete projects (admin).", no_args_is_help=True)
+department_app = typer.Typer(help="Create departments (admin).", no_args_is_help=True)
+user_app = typer.Typer(
+    help="Create users, their tokens and projects (admin).", no_args_is_help=True
+)
+
+QuotaOption = Annotated[str | None, typer.Option(metavar="GPUS", help="Guaranteed GPUs (4, 2.5).")]
+WeightOption = Annotated[int | None, typer.Option(help="Over-quota weight (default 1).")]
+LimitOption = Annotated[str | None, typer.Option(metavar="GPUS", help="At most this many GPUs.")]
+NoLimitOption = Annotated[bool, typer.Option("--no-limit", help="Remove the limit.")]
+PriorityOption = Annotated[int | None, typer.Option(help="Over-quota priority (default 0).")]
+
+
+def _policy_fields(
+    quota_gpu: str | None, weight: int | None, limit_gpu: str | None, priority: int | None
+) -> dict[str, object]:
+    """The given fields of a project or department body (a field not given is left out)."""
+    fields: dict[str, object] = {
+        "quota": None if quota_gpu is None else {"gpu": quota_gpu},
+        "over_quota_weight": weight,
+        "limit": None if limit_gpu is None else {"gpu": limit_gpu},
+        "priority": priority,
+    }
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def _patch(fields: dict[str, object], no_limit: bool) -> ProjectPatch:
+    if no_limit:
+        if "limit" in fields:
+            fail("give --limit-gpu or --no-limit, not both")
+        fields["limit"] = None
+    if not fields:
+        fail("nothing to change: give at least one of the options (see --help)")
+    with handled():
+        return ProjectPatch.model_validate(fields)
+
+
+@project_app.command("create")
+def project_create(
+    name: Annotated[str, typer.Argument(help="Project name.")],
+    department: Annotated[str | None, typer.Option(help="Parent department.")] = None,
+    quota_gpu: QuotaOption = None,
+    weight: WeightOption = None,
+    limit_gpu: LimitOption = None,
+    priority: PriorityOption = None,
+    min_runtime_s: Annotated[
+        int | None, typer.Option("--min-runtime", metavar="SECONDS", help="Not preempted before.")
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Create a project."""
+    fields = _policy_fields(quota_gpu, weight, limit_gpu, priority)
+    extra = {"department": department, "min_runtime_s": min_runtime_s}
+    fields |= {key: value for key, value in extra.items() if value is not None}
+    with handled():
+        spec = ProjectIn.model_validate({"name": name} | fields)
+    with connect() as client:
+        created = client.create_project(spec)
+    show(created, json_output, lambda: project_table([created]))
+
+
+@project_app.command("set")
+def project_set(
+    name: Annotated[str, typer.Argument(help="Project name.")],
+    quota_gpu: QuotaOption = None,
+    weight: WeightOption = None,
+    limit_gpu: LimitOption = None,
+    no_limit: NoLimitOption = False,
+    priority: PriorityOption = None,
+    min_runtime_s: Annotated[
+        int | None, typer.Option("--min-runtime", metavar="SECONDS", help="Not preempted before.")
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Change a project's quota, weight, limit or priority; other fields keep their values."""
+    fields = _policy_fields(quota_gpu, weight, limit_gpu, priority)
+    if min_runtime_s is not None:
+        fields["min_runtime_s"] = min_runtime_s
+    patch = _patch(fields, no_limit)
+    with connect() as client:
+        changed = client.update_project(name, patch)
+    show(changed, json_output, lambda: project_table([changed]))
+
+
+@project_app.command("delete")
+def project_delete(name: Annotated[str, typer.Argument(help="Project name.")]) -> None:
+    """Delete a project (the server refuses while it has workloads)."""
+    with connect() as client:
+        client.delete_project(name)
+    stdout().print(f"Deleted project {escape(name)}")
+
+
+@department_app.command("create")
+def department_create(
+    name: Annotated[str, typer.Argument(help="Department name.")],
+    quota_gpu: QuotaOption = None,
+    weight: WeightOption = None,
+    limit_gpu: LimitOption = None,
+    priority: PriorityOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Create a department (projects join it with `project create --department`)."""
+    fields = _policy_fields(quota_gpu, weight, limit_gpu, priority)
+    with handled():
+        spec = DepartmentIn.model_validate({"name": name} | fields)
+    with connect() as client:
+        created = client.create_department(spec)
+    show(created, json_output, lambda: project_table([created]))
+
+
+UserName = Annotated[str, typer.Argument(help="User name.")]
+UserProjects = Annotated[
+    list[str] | None, typer.Option("--project", "-p", metavar="NAME", help="Repeatable.")
+]
+
+
+def _user_table(users: Sequence[UserOut]) -> Table:
+    rows = table("USER", "ROLE", "PROJECTS")
+    for u in users:
+        rows.add_row(u.name, u.role, ", ".join(u.projects) or "-")
+    return rows
+
+
+@user_app.command("create")
+def user_create(
+    name: UserName,
+    role: Annotated[Role, typer.Option(help="researcher or admin.")] = Role.RESEARCHER,
+    project: UserProjects = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Create a user and print a new token for them (shown once)."""
+    with handled():
+        spec = UserIn(name=name, role=role, projects=project or [])
+    with connect() as client:
+        user = client.create_user(spec)
+        token = client.create_token(user.name)
+        server = client.base_url
+    if json_output:
+        body = {"user": user.model_dump(mode="json"), "token": token.model_dump(mode="json")}
+        typer.echo(json.dumps(body, indent=2))
+        return
+    stdout().print(_user_table([user]))
+    typer.echo(f"token (shown once): {token.token}")
+    typer.echo(f"log in with: gpupool login --server {server} --token {token.token}")
+
+
+@user_app.command("token")
+def user_token(
+    name: UserName,
+    label: Annotated[str, typer.Option(help="What the token is for.")] = "cli",
+    json_output: JsonOption = False,
+) -> None:
+    """Issue a new token for a user (shown once)."""
+    with connect() as client:
+        token = client.create_token(name, label)
+    show(token, json_output, lambda: f"token for {token.user} (shown once): {token.token}")
+
+
+@user_app.command("projects")
+def user_set_projects(
+    name: UserName, project: UserProjects = None, json_output: JsonOption = False
+) -> None:
+    """Replace the projects a researcher may use."""
+    with connect() as client:
+        user = client.set_user_projects(name, project or [])
+    show(user, json_output, lambda: _user_table([user]))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the server commands to the `gpupool` app."""
+    panel = "Cluster"
+    app.command("login", rich_help_panel=panel)(login)
+    app.add_typer(config_app, name="config", rich_help_panel=panel)
+    app.command("submit", rich_help_panel=panel)(submit)
+    app.command("list", rich_help_panel=panel)(list_workloads)
+    app.command("describe", rich_help_panel=panel)(describe)
+    app.command("logs", rich_help_panel=panel)(logs)
+    for verb, action, doc in [
+        ("suspend", GpupoolClient.suspend, "Suspend a workload until `gpupool resume`."),
+        ("resume", GpupoolClient.resume, "Resume a suspended workload."),
+        ("delete", GpupoolClient.delete, "Delete a workload (it stops its tasks first)."),
+    ]:  # fmt: skip
+        app.command(verb, rich_help_panel=panel)(_workload_action(action, doc))
+    app.command("projects", rich_help_panel=panel)(projects)
+    app.command("nodes", rich_help_panel=panel)(nodes)
+    app.command("top", rich_help_panel=panel)(top)
+    admin = "Cluster admin"
+    app.add_typer(project_app, name="project", rich_help_panel=admin)
+    app.add_typer(department_app, name="department", rich_help_panel=admin)
+    app.add_typer(user_app, name="user", rich_help_panel=admin)

@@ -1,0 +1,342 @@
+"""`GpupoolClient`: one typed method per endpoint of the gpupool HTTP API (version 1).
+
+Every method returns the pydantic models of `gpupool.api.schemas`. An error answer raises
+`ApiError` (status, detail, field errors); no answer at all raises `ServerUnreachable`.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Self, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from gpupool import __version__
+from gpupool.api.schemas import (
+    DepartmentIn,
+    ErrorDetail,
+    ErrorOut,
+    EventOut,
+    Health,
+    LogChunk,
+    NodeIn,
+    NodeOut,
+    ProjectIn,
+    ProjectOut,
+    ProjectPatch,
+    ProjectsIn,
+    TokenIn,
+    TokenOut,
+    TopOut,
+    UserIn,
+    UserOut,
+    WorkloadDetail,
+    WorkloadIn,
+    WorkloadOut,
+    WorkloadPage,
+)
+
+__all__ = ["ApiError", "ClientError", "GpupoolClient", "ServerUnreachable"]
+
+M = TypeVar("M", bound=BaseModel)
+Params = dict[str, str | int | float | None]
+
+
+class ClientError(Exception):
+    """Base of the errors this client raises."""
+
+
+class ApiError(ClientError):
+    """The server answered with an error status."""
+
+    def __init__(self, status: int, detail: str, errors: list[ErrorDetail] | None = None) -> None:
+        self.status = status
+        self.detail = detail
+        self.errors = list(errors or [])
+        lines = [detail] + [
+            f"{e.field}: {e.message}" if e.field else e.message for e in errors or []
+        ]
+        super().__init__("\n  ".join(lines))
+
+
+class ServerUnreachable(ClientError):  # noqa: N818 - the name says it all
+    """No answer from the server: nothing listens there, a network error or a timeout."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url = url
+        self.reason = reason
+        super().__init__(
+            f"cannot reach the gpupool server at {url} ({reason}); is `gpupool server` running "
+            "there? Check the address with `gpupool config show`"
+        )
+
+
+def _segment(name: str) -> str:
+    return quote(name, safe="")
+
+
+def _workload_path(project: str, name: str) -> str:
+    return f"/api/v1/workloads/{_segment(project)}/{_segment(name)}"
+
+
+def _body(model: BaseModel) -> Any:
+    """The JSON body of a request model: only the fields that were set (PATCH semantics)."""
+    return model.model_dump(mode="json", exclude_unset=True)
+
+
+def error_from_response(response: httpx.Response) -> ApiError:
+    """The `ApiError` for an error answer: `ErrorOut`, FastAPI's default bodies, or plain text."""
+    status = response.status_code
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        try:
+            out = ErrorOut.model_validate(body)
+            return ApiError(status, out.detail, out.errors)
+        except ValidationError:
+            pass
+        items = body.get("detail")
+        if isinstance(items, list):  # FastAPI's default validation body
+            errors = [
+                ErrorDetail(
+                    field=".".join(str(p) for p in item.get("loc", [])[1:]) or None,
+                    message=str(item.get("msg", item)),
+                )
+                for item in items
+                if isinstance(item, dict)
+            ]
+            return ApiError(status, "the request is not valid", errors)
+    text = " ".join(response.text.split())[:200] or response.reason_phrase
+    return ApiError(status, f"HTTP {status}: {text}")
+
+
+class GpupoolClient:
+    """A synchronous client of one gpupool server; use it as a context manager or `close()` it.
+
+    `transport` replaces the network (tests); `timeout_s` bounds every request.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None,
+        timeout_s: float = 30,
+        *,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        headers = {"User-Agent": f"gpupool-cli/{__version__}", "Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport
+        )
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _request(
+        self, method: str, path: str, *, params: Params | None = None, json: Any = None
+    ) -> httpx.Response:
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            response = self._http.request(method, path, params=query, json=json)
+        except httpx.TimeoutException:
+            raise ServerUnreachable(
+                self.base_url, f"no answer within {self.timeout_s:g} s"
+            ) from None
+        except httpx.TransportError as error:
+            raise ServerUnreachable(self.base_url, str(error) or type(error).__name__) from None
+        except httpx.InvalidURL as error:
+            raise ServerUnreachable(self.base_url, f"not a valid URL: {error}") from None
+        if response.is_error:
+            raise error_from_response(response)
+        return response
+
+    def _json(self, response: httpx.Response) -> Any:
+        try:
+            return response.json()
+        except ValueError:
+            raise self._unexpected(response, "not JSON") from None
+
+    def _unexpected(self, response: httpx.Response, why: str) -> ApiError:
+        request = response.request
+        return ApiError(
+            response.status_code,
+            f"unexpected answer to {request.method} {request.url.path} ({why}); "
+            "is the server the same version as this client?",
+        )
+
+    def _one(self, model: type[M], response: httpx.Response) -> M:
+        try:
+            return model.model_validate(self._json(response))
+        except ValidationError as error:
+            raise self._unexpected(response, f"{error.error_count()} field(s) differ") from None
+
+    def _many(self, model: type[M], response: httpx.Response) -> list[M]:
+        body = self._json(response)
+        if not isinstance(body, list):
+            raise self._unexpected(response, "not a list")
+        try:
+            return [model.model_validate(item) for item in body]
+        except ValidationError as error:
+            raise self._unexpected(response, f"{error.error_count()} field(s) differ") from None
+
+    def _get(self, model: type[M], path: str, params: Params | None = None) -> M:
+        return self._one(model, self._request("GET", path, params=params))
+
+    def _post(self, model: type[M], path: str, body: BaseModel | None = None) -> M:
+        json = None if body is None else _body(body)
+        return self._one(model, self._request("POST", path, json=json))
+
+    # -- service ----------------------------------------------------------------------------
+
+    def health(self) -> Health:
+        return self._get(Health, "/health")
+
+    def metrics_text(self) -> str:
+        """The Prometheus exposition text of `/metrics`."""
+        return self._request("GET", "/metrics").text
+
+    def whoami(self) -> UserOut:
+        return self._get(UserOut, "/api/v1/whoami")
+
+    def top(self) -> TopOut:
+        return self._get(TopOut, "/api/v1/top")
+
+    def events(
+        self,
+        project: str | None = None,
+        workload: str | None = None,
+        after_id: int | None = None,
+        limit: int | None = None,
+    ) -> list[EventOut]:
+        params: Params = {
+            "project": project,
+            "workload": workload,
+            "after_id": after_id,
+            "limit": limit,
+        }
+        return self._many(EventOut, self._request("GET", "/api/v1/events", params=params))
+
+    # -- departments and projects -----------------------------------------------------------
+
+    def departments(self) -> list[ProjectOut]:
+        return self._many(ProjectOut, self._request("GET", "/api/v1/departments"))
+
+    def department(self, name: str) -> ProjectOut:
+        return self._get(ProjectOut, f"/api/v1/departments/{_segment(name)}")
+
+    def create_department(self, department: DepartmentIn) -> ProjectOut:
+        return self._post(ProjectOut, "/api/v1/departments", department)
+
+    def update_department(self, name: str, patch: ProjectPatch) -> ProjectOut:
+        path = f"/api/v1/departments/{_segment(name)}"
+        return self._one(ProjectOut, self._request("PATCH", path, json=_body(patch)))
+
+    def delete_department(self, name: str) -> None:
+        self._request("DELETE", f"/api/v1/departments/{_segment(name)}")
+
+    def projects(self) -> list[ProjectOut]:
+        return self._many(ProjectOut, self._request("GET", "/api/v1/projects"))
+
+    def project(self, name: str) -> ProjectOut:
+        return self._get(ProjectOut, f"/api/v1/projects/{_segment(name)}")
+
+    def create_project(self, project: ProjectIn) -> ProjectOut:
+        return self._post(ProjectOut, "/api/v1/projects", project)
+
+    def update_project(self, name: str, patch: ProjectPatch) -> ProjectOut:
+        path = f"/api/v1/projects/{_segment(name)}"
+        return self._one(ProjectOut, self._request("PATCH", path, json=_body(patch)))
+
+    def delete_project(self, name: str) -> None:
+        self._request("DELETE", f"/api/v1/projects/{_segment(name)}")
+
+    # -- nodes ------------------------------------------------------------------------------
+
+    def nodes(self) -> list[NodeOut]:
+        return self._many(NodeOut, self._request("GET", "/api/v1/nodes"))
+
+    def node(self, name: str) -> NodeOut:
+        return self._get(NodeOut, f"/api/v1/nodes/{_segment(name)}")
+
+    def create_node(self, node: NodeIn) -> NodeOut:
+        return self._post(NodeOut, "/api/v1/nodes", node)
+
+    # -- workloads --------------------------------------------------------------------------
+
+    def submit(self, workload: WorkloadIn) -> WorkloadOut:
+        return self._post(WorkloadOut, "/api/v1/workloads", workload)
+
+    def list_workloads(
+        self,
+        project: str | None = None,
+        status: str | None = None,
+        type: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> WorkloadPage:
+        params: Params = {
+            "project": project,
+            "status": status,
+            "type": type,
+            "limit": limit,
+            "offset": offset,
+        }
+        return self._get(WorkloadPage, "/api/v1/workloads", params)
+
+    def describe(self, project: str, name: str) -> WorkloadDetail:
+        return self._get(WorkloadDetail, _workload_path(project, name))
+
+    def suspend(self, project: str, name: str) -> WorkloadOut:
+        return self._post(WorkloadOut, f"{_workload_path(project, name)}/suspend")
+
+    def resume(self, project: str, name: str) -> WorkloadOut:
+        return self._post(WorkloadOut, f"{_workload_path(project, name)}/resume")
+
+    def delete(self, project: str, name: str) -> WorkloadOut:
+        """Ask the workload to stop; it answers `deleting` and goes away once its tasks stopped."""
+        return self._one(WorkloadOut, self._request("DELETE", _workload_path(project, name)))
+
+    def logs(self, project: str, name: str, task: int = 0, offset: int = 0) -> LogChunk:
+        """The log of task `task` from byte `offset`; `next_offset` continues it."""
+        params: Params = {"task": task, "offset": offset}
+        return self._get(LogChunk, f"{_workload_path(project, name)}/logs", params)
+
+    # -- users ------------------------------------------------------------------------------
+
+    def users(self) -> list[UserOut]:
+        return self._many(UserOut, self._request("GET", "/api/v1/users"))
+
+    def create_user(self, user: UserIn) -> UserOut:
+        return self._post(UserOut, "/api/v1/users", user)
+
+    def set_user_projects(self, name: str, projects: list[str]) -> UserOut:
+        path = f"/api/v1/users/{_segment(name)}/projects"
+        body = _body(ProjectsIn(projects=projects))
+        return self._one(UserOut, self._request("PUT", path, json=body))
+
+    def create_token(self, name: str, label: str = "cli") -> TokenOut:
+        return self._post(TokenOut, f"/api/v1/users/{_segment(name)}/tokens", TokenIn(label=label))
+
+    def delete_user(self, name: str) -> None:
+        self._request("DELETE", f"/api/v1/users/{_segment(name)}")

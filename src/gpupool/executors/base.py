@@ -1,0 +1,116 @@
+"""The executor seam: what the scheduling loop asks of whatever runs tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["DeviceInfo", "Executor", "Exit", "Launch", "NodeInventory", "Stop"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    index: int
+    memory_mib: int
+    model: str | None = None
+    uuid: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInventory:
+    """A machine as an executor registers it."""
+
+    name: str
+    devices: tuple[DeviceInfo, ...]
+    cpu_milli: int | None = None
+    memory_mib: int | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.devices)
+
+    @property
+    def gpu_memory_mib(self) -> int:
+        return min((d.memory_mib for d in self.devices), default=81920)
+
+    @property
+    def gpu_model(self) -> str | None:
+        return self.devices[0].model if self.devices else None
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """One start of one task. `launch_id` is unique for ever: starting it again is a no-op."""
+
+    launch_id: str
+    project: str
+    workload: str
+    task_index: int
+    node: str
+    devices: tuple[int, ...]
+    gpu_milli: int
+    """Charge per device for a shared task (fraction of a device); 1000 for whole devices."""
+    gpu_memory_mib: int
+    """Memory per device the task may use."""
+    command: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    grace_period_s: int = 30
+    duration_s: float | None = None
+    """Simulated executors: how long the task 'runs'. Real executors run the command."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    launch_id: str
+    grace_period_s: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Exit:
+    """A launch that ended: by itself (`exit_code` 0 or not) or because it was stopped."""
+
+    launch_id: str
+    exit_code: int
+    finished_at_s: float
+    reason: str
+    stopped: bool
+
+
+class Executor(Protocol):
+    """Runs launches on its nodes. Every method is idempotent and safe to repeat after a crash.
+
+    `start` must record a launch durably before it starts anything, so that a launch id is
+    started at most once whatever happens to the caller. `exits` reports ended launches until
+    they are acknowledged, so an exit seen just before a crash is seen again after it.
+    """
+
+    name: str
+
+    def inventory(self) -> Sequence[NodeInventory]: ...
+
+    def start(self, launches: Sequence[Launch]) -> None: ...
+
+    def stop(self, stops: Sequence[Stop]) -> None: ...
+
+    def alive(self) -> set[str]:
+        """Launch ids started and not yet ended."""
+        ...
+
+    def known(self, launch_ids: Sequence[str]) -> set[str]:
+        """Those of `launch_ids` this executor ever started."""
+        ...
+
+    def exits(self) -> Sequence[Exit]:
+        """Ended launches not yet acknowledged."""
+        ...
+
+    def acknowledge(self, launch_ids: Sequence[str]) -> None: ...
+
+    def read_log(self, launch_id: str, offset: int, limit: int) -> tuple[bytes, bool]:
+        """Up to `limit` bytes of the launch's log from `offset`, and whether it has ended."""
+        ...
+
+    def close(self) -> None: ...

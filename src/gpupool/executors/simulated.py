@@ -1,0 +1,235 @@
+"""Declared nodes whose tasks "run" for their `duration_s` or until stopped: the whole service
+flow without processes, for demos, load tests and tests.
+
+With a journal file, what was started survives the server being killed: every start, stop, exit
+and acknowledgement is appended (and fsynced) before the call returns, and a new executor on the
+same journal carries on where the old one stopped. That is how the crash tests prove that no
+launch is started twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpupool.clock import Clock
+from gpupool.executors.base import DeviceInfo, Exit, Launch, NodeInventory, Stop
+from gpupool.units import parse_memory_mib
+
+__all__ = ["SimulatedExecutor", "parse_simulated_nodes"]
+
+_GROUP = re.compile(r"^(\d+)x(\d+)(?::([0-9.]+[A-Za-z]*))?(?::([\w.-]+))?$")
+
+
+def parse_simulated_nodes(text: str, prefix: str = "sim") -> tuple[NodeInventory, ...]:
+    """`"500x8"` is 500 nodes of 8 devices of 80 GiB; `"2x4:40G:A100,1x8"` mixes groups.
+
+    Each group is `NODESxGPUS[:MEMORY][:MODEL]`; nodes are named `sim-1`, `sim-2`, ...
+    """
+    nodes: list[NodeInventory] = []
+    for group in (g.strip() for g in text.split(",")):
+        match = _GROUP.match(group)
+        if not match:
+            raise ValueError(
+                f"simulated nodes {group!r} not understood: write NODESxGPUS[:MEMORY][:MODEL], "
+                "like 4x8 or 2x4:40G:A100, several separated by commas"
+            )
+        count, gpus = int(match[1]), int(match[2])
+        if count < 1 or count > 100_000 or gpus > 64:
+            raise ValueError(f"simulated nodes {group!r}: 1 to 100000 nodes of 0 to 64 GPUs")
+        memory_mib = parse_memory_mib(match[3]) if match[3] else 81920
+        model = match[4] or "simulated"
+        for _ in range(count):
+            name = f"{prefix}-{len(nodes) + 1}"
+            devices = tuple(
+                DeviceInfo(index=i, memory_mib=memory_mib, model=model, uuid=f"{name}-gpu{i}")
+                for i in range(gpus)
+            )
+            nodes.append(NodeInventory(name=name, devices=devices))
+    return tuple(nodes)
+
+
+@dataclass(slots=True)
+class _Run:
+    launch: Launch
+    started_at_s: float
+    ended: Exit | None = None
+    acknowledged: bool = False
+    log: list[str] = field(default_factory=list)
+
+
+class SimulatedExecutor:
+    """An executor of declared nodes. Thread-safe; time comes from `clock`."""
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeInventory],
+        clock: Clock,
+        journal_path: Path | None = None,
+        name: str = "simulated",
+    ) -> None:
+        self.name = name
+        self._nodes = tuple(nodes)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._runs: dict[str, _Run] = {}
+        self._journal_path = journal_path
+        self._journal: Any = None
+        if journal_path is not None:
+            self._replay(journal_path)
+            self._journal = journal_path.open("a", encoding="utf-8")
+
+    def inventory(self) -> Sequence[NodeInventory]:
+        return self._nodes
+
+    def start(self, launches: Sequence[Launch]) -> None:
+        with self._lock:
+            now = self._clock.now_s()
+            new = [launch for launch in launches if launch.launch_id not in self._runs]
+            self._append([{"op": "start", "at": now, "launch": _launch_json(x)} for x in new])
+            for launch in new:
+                self._started(launch, now)
+
+    def stop(self, stops: Sequence[Stop]) -> None:
+        with self._lock:
+            now = self._clock.now_s()
+            todo = [s for s in stops if (run := self._runs.get(s.launch_id)) and not run.ended]
+            self._append(
+                [{"op": "stop", "at": now, "id": s.launch_id, "reason": s.reason} for s in todo]
+            )
+            for stop in todo:
+                self._stopped(stop.launch_id, now, stop.reason)
+
+    def alive(self) -> set[str]:
+        with self._lock:
+            self._finish_due()
+            return {launch_id for launch_id, run in self._runs.items() if run.ended is None}
+
+    def known(self, launch_ids: Sequence[str]) -> set[str]:
+        with self._lock:
+            return {launch_id for launch_id in launch_ids if launch_id in self._runs}
+
+    def exits(self) -> Sequence[Exit]:
+        with self._lock:
+            self._finish_due()
+            return [
+                run.ended
+                for run in self._runs.values()
+                if run.ended is not None and not run.acknowledged
+            ]
+
+    def acknowledge(self, launch_ids: Sequence[str]) -> None:
+        with self._lock:
+            todo = [i for i in launch_ids if (run := self._runs.get(i)) and not run.acknowledged]
+            self._append([{"op": "ack", "id": launch_id} for launch_id in todo])
+            for launch_id in todo:
+                self._runs[launch_id].acknowledged = True
+
+    def read_log(self, launch_id: str, offset: int, limit: int) -> tuple[bytes, bool]:
+        with self._lock:
+            self._finish_due()
+            run = self._runs.get(launch_id)
+            if run is None:
+                return b"", False
+            data = "".join(run.log).encode()
+            return data[offset : offset + limit], run.ended is not None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._journal is not None:
+                self._journal.close()
+                self._journal = None
+
+    def _started(self, launch: Launch, now: float) -> None:
+        run = _Run(launch, now)
+        where = ",".join(str(d) for d in launch.devices)
+        run.log.append(
+            f"[{now:.3f}] simulated task {launch.workload}/{launch.task_index} started on "
+            f"{launch.node} devices {where}\n"
+        )
+        self._runs[launch.launch_id] = run
+
+    def _stopped(self, launch_id: str, now: float, reason: str) -> None:
+        run = self._runs[launch_id]
+        run.ended = Exit(launch_id, 143, now, f"stopped: {reason}", stopped=True)
+        run.log.append(f"[{now:.3f}] stopped (SIGTERM): {reason}\n")
+
+    def _finish_due(self) -> None:
+        now = self._clock.now_s()
+        due = [
+            run
+            for run in self._runs.values()
+            if run.ended is None
+            and run.launch.duration_s is not None
+            and run.started_at_s + run.launch.duration_s <= now
+        ]
+        self._append([{"op": "exit", "at": now, "id": run.launch.launch_id} for run in due])
+        for run in due:
+            self._exited(run, run.started_at_s + (run.launch.duration_s or 0.0))
+
+    @staticmethod
+    def _exited(run: _Run, at_s: float) -> None:
+        run.ended = Exit(run.launch.launch_id, 0, at_s, "completed", stopped=False)
+        run.log.append(f"[{at_s:.3f}] finished: exit code 0\n")
+
+    def _append(self, records: list[dict[str, Any]]) -> None:
+        if self._journal is None or not records:
+            return
+        self._journal.write("".join(json.dumps(r) + "\n" for r in records))
+        self._journal.flush()
+        os.fsync(self._journal.fileno())
+
+    def _replay(self, path: Path) -> None:
+        if not path.exists():
+            return
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by a crash: nothing after it was acknowledged
+            op = record["op"]
+            if op == "start":
+                self._started(_launch_from_json(record["launch"]), record["at"])
+            elif op == "stop":
+                self._stopped(record["id"], record["at"], record["reason"])
+            elif op == "exit":
+                run = self._runs[record["id"]]
+                self._exited(run, run.started_at_s + (run.launch.duration_s or 0.0))
+            elif op == "ack":
+                self._runs[record["id"]].acknowledged = True
+
+
+def _launch_json(launch: Launch) -> dict[str, Any]:
+    return {
+        "launch_id": launch.launch_id,
+        "project": launch.project,
+        "workload": launch.workload,
+        "task_index": launch.task_index,
+        "node": launch.node,
+        "devices": list(launch.devices),
+        "gpu_milli": launch.gpu_milli,
+        "gpu_memory_mib": launch.gpu_memory_mib,
+        "grace_period_s": launch.grace_period_s,
+        "duration_s": launch.duration_s,
+    }
+
+
+def _launch_from_json(data: dict[str, Any]) -> Launch:
+    return Launch(
+        launch_id=data["launch_id"],
+        project=data["project"],
+        workload=data["workload"],
+        task_index=data["task_index"],
+        node=data["node"],
+        devices=tuple(data["devices"]),
+        gpu_milli=data["gpu_milli"],
+        gpu_memory_mib=data["gpu_memory_mib"],
+        grace_period_s=data["grace_period_s"],
+        duration_s=data["duration_s"],
+    )

@@ -1,0 +1,133 @@
+"""The FastAPI application: `create_app(settings)` wires database, executor, loop and routes."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import IntegrityError
+
+import gpupool
+from gpupool.api.schemas import ErrorDetail, ErrorOut
+from gpupool.clock import Clock, SystemClock
+from gpupool.executors.base import Executor
+from gpupool.executors.simulated import SimulatedExecutor, parse_simulated_nodes
+from gpupool.server import migrate
+from gpupool.server.auth import TokenCache
+from gpupool.server.db import make_engine, make_sessionmakers
+from gpupool.server.errors import ApiError
+from gpupool.server.metrics import ServerMetrics
+from gpupool.server.routers import cluster, projects, workloads
+from gpupool.server.scheduler import SchedulingLoop
+from gpupool.server.services.users import bootstrap_admin
+from gpupool.server.settings import ServerSettings
+from gpupool.server.state import ServerState
+
+Announce = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def default_executor(settings: ServerSettings, clock: Clock) -> Executor:
+    nodes = parse_simulated_nodes(settings.simulated_nodes or "0x0")
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    return SimulatedExecutor(nodes, clock, journal_path=settings.data_dir / "simulated.jsonl")
+
+
+def create_app(
+    settings: ServerSettings,
+    executor: Executor | None = None,
+    clock: Clock | None = None,
+    announce: Announce = _stderr,
+) -> FastAPI:
+    """The app. Nothing starts until its lifespan: migrations, first admin, the loop."""
+    clock = clock or SystemClock()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(settings.effective_database_url)
+    writer, reader = make_sessionmakers(engine)
+    executor = executor or default_executor(settings, clock)
+    metrics = ServerMetrics()
+
+    def report(error: BaseException) -> None:
+        announce(f"scheduling loop: {type(error).__name__}: {error}")
+
+    loop = SchedulingLoop(
+        writer,
+        executor,
+        clock,
+        settings.scheduler,
+        metrics,
+        interval_s=settings.cycle_interval_s,
+        min_gap_s=settings.min_cycle_gap_s,
+        on_error=report,
+    )
+    state = ServerState(
+        settings, engine, writer, reader, executor, clock, metrics, loop, TokenCache()
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        migrate.upgrade(engine)
+        with writer.begin() as session:
+            token_file = bootstrap_admin(session, settings.data_dir, clock.now_s())
+        if token_file is not None:
+            announce(
+                f"gpupool: first start: created user 'admin'; its token is in {token_file}\n"
+                f"  log in with: gpupool login --server http://{settings.host}:{settings.port} "
+                f"--token-file {token_file}"
+            )
+        if settings.run_scheduler:
+            loop.start()
+        try:
+            yield
+        finally:
+            loop.stop()
+            executor.close()
+            engine.dispose()
+
+    app = FastAPI(
+        title="gpupool",
+        version=gpupool.__version__,
+        description="Pool the GPUs of many machines and share them by policy.",
+        lifespan=lifespan,
+    )
+    app.state.gpupool = state
+    app.include_router(cluster.router)
+    app.include_router(cluster.api)
+    app.include_router(projects.router)
+    app.include_router(workloads.router)
+    _error_handlers(app)
+    return app
+
+
+def _error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, error: ApiError) -> JSONResponse:
+        errors = [ErrorDetail(field=error.field, message=error.detail)] if error.field else []
+        body = ErrorOut(detail=error.detail, errors=errors)
+        return JSONResponse(body.model_dump(), status_code=error.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        details = []
+        for item in error.errors():
+            location = [str(part) for part in item.get("loc", ()) if part != "body"]
+            message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+            details.append(ErrorDetail(field=".".join(location) or None, message=message))
+        summary = "; ".join(f"{d.field}: {d.message}" if d.field else d.message for d in details)
+        body = ErrorOut(detail=f"invalid request: {summary}", errors=details)
+        return JSONResponse(body.model_dump(), status_code=422)
+
+    @app.exception_handler(IntegrityError)
+    async def _integrity(request: Request, error: IntegrityError) -> JSONResponse:
+        body = ErrorOut(
+            detail="the change conflicts with existing data (a name already taken, or a row "
+            "changed meanwhile): check the names and try again"
+        )
+        return JSONResponse(body.model_dump(), status_code=409)

@@ -1,0 +1,250 @@
+"""Database tables (SQLAlchemy 2, typed) and the engine: SQLite in WAL mode or PostgreSQL.
+
+Times are stored as float seconds since the epoch: the same on both databases and what the
+core's snapshot wants. GPU amounts are integer milli-GPU, memory integer MiB. The schema is
+created and changed only by the Alembic migrations in `gpupool.server.migrations`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Engine,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+)
+from sqlalchemy.orm import (
+    DeclarativeBase,
+    Mapped,
+    Session,
+    mapped_column,
+    relationship,
+    sessionmaker,
+)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class UserRow(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class TokenRow(Base):
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    label: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class MembershipRow(Base):
+    __tablename__ = "memberships"
+
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
+    )
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
+    )
+
+
+class ProjectRow(Base):
+    """A project, or a department (`is_department`) that projects name as their parent."""
+
+    __tablename__ = "projects"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    is_department: Mapped[bool] = mapped_column(Boolean)
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("projects.id"), index=True)
+    quota_gpu_milli: Mapped[int] = mapped_column(Integer)
+    quota_cpu_milli: Mapped[int] = mapped_column(Integer)
+    quota_memory_mib: Mapped[int] = mapped_column(Integer)
+    over_quota_weight: Mapped[int] = mapped_column(Integer)
+    has_limit: Mapped[bool] = mapped_column(Boolean)
+    limit_gpu_milli: Mapped[int | None] = mapped_column(Integer)
+    limit_cpu_milli: Mapped[int | None] = mapped_column(Integer)
+    limit_memory_mib: Mapped[int | None] = mapped_column(Integer)
+    priority: Mapped[int] = mapped_column(Integer)
+    min_runtime_s: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[float] = mapped_column(Float)
+
+    parent: Mapped[ProjectRow | None] = relationship(remote_side=[id], lazy="joined")
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    executor: Mapped[str] = mapped_column(String(63))
+    state: Mapped[str] = mapped_column(String(16))
+    gpu_count: Mapped[int] = mapped_column(Integer)
+    gpu_memory_mib: Mapped[int] = mapped_column(Integer)
+    gpu_model: Mapped[str | None] = mapped_column(String(128))
+    cpu_milli: Mapped[int | None] = mapped_column(Integer)
+    memory_mib: Mapped[int | None] = mapped_column(Integer)
+    labels: Mapped[dict[str, str]] = mapped_column(JSON)
+    registered_at: Mapped[float] = mapped_column(Float)
+    heartbeat_at: Mapped[float] = mapped_column(Float)
+
+
+class DeviceRow(Base):
+    __tablename__ = "devices"
+    __table_args__ = (UniqueConstraint("node_id", "device_index"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    device_index: Mapped[int] = mapped_column(Integer)
+    uuid: Mapped[str | None] = mapped_column(String(128))
+    model: Mapped[str | None] = mapped_column(String(128))
+    memory_mib: Mapped[int] = mapped_column(Integer)
+
+
+class WorkloadRow(Base):
+    """A submitted workload. `version` increases with every change, so that the scheduling loop
+    applies a decision only to the workload it decided on (optimistic concurrency)."""
+
+    __tablename__ = "workloads"
+    __table_args__ = (
+        UniqueConstraint("project_id", "name"),
+        Index("ix_workloads_status", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63))
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id"))
+    type: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16))
+    version: Mapped[int] = mapped_column(Integer)
+    gpu_kind: Mapped[str] = mapped_column(String(16))
+    gpu_amount: Mapped[int] = mapped_column(Integer)
+    gpu_limit_milli: Mapped[int | None] = mapped_column(Integer)
+    tasks: Mapped[int] = mapped_column(Integer)
+    min_available: Mapped[int | None] = mapped_column(Integer)
+    priority: Mapped[int | None] = mapped_column(Integer)
+    preemptible: Mapped[bool | None] = mapped_column(Boolean)
+    cpu_milli: Mapped[int] = mapped_column(Integer)
+    memory_mib: Mapped[int] = mapped_column(Integer)
+    node_selector: Mapped[dict[str, list[str]]] = mapped_column(JSON)
+    command: Mapped[list[str]] = mapped_column(JSON)
+    env: Mapped[dict[str, str]] = mapped_column(JSON)
+    duration_s: Mapped[float | None] = mapped_column(Float)
+    grace_period_s: Mapped[int] = mapped_column(Integer)
+    submitted_by: Mapped[str | None] = mapped_column(String(63))
+    submitted_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float)
+    pending_reason: Mapped[str | None] = mapped_column(Text)
+    preemptions: Mapped[int] = mapped_column(Integer)
+
+    project: Mapped[ProjectRow] = relationship(lazy="joined")
+
+
+class TaskRow(Base):
+    """One start of one task of a workload. `launch_id` names this start: executors start a
+    launch at most once, which is what makes dispatch after a crash safe to repeat."""
+
+    __tablename__ = "tasks"
+    __table_args__ = (Index("ix_tasks_state", "state"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    launch_id: Mapped[str] = mapped_column(String(40), unique=True)
+    workload_id: Mapped[int] = mapped_column(
+        ForeignKey("workloads.id", ondelete="CASCADE"), index=True
+    )
+    task_index: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str] = mapped_column(String(63))
+    devices: Mapped[list[int]] = mapped_column(JSON)
+    burst_device: Mapped[int | None] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    stop_requested_at: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    reason: Mapped[str | None] = mapped_column(Text)
+
+
+class EventRow(Base):
+    """The decision and event log. Names, not foreign keys: it outlives deleted workloads."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_workload", "project", "workload"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(32))
+    project: Mapped[str | None] = mapped_column(String(63))
+    workload: Mapped[str | None] = mapped_column(String(63))
+    node: Mapped[str | None] = mapped_column(String(63))
+    message: Mapped[str] = mapped_column(Text)
+
+
+def sqlite_url(data_dir: Path) -> str:
+    return f"sqlite:///{data_dir / 'gpupool.db'}"
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for `url`. SQLite gets WAL (a reader never blocks the writer), synchronous
+    NORMAL (a committed write survives the process being killed; only an OS crash may lose the
+    last commits), foreign keys on, and `BEGIN IMMEDIATE` so concurrent writers wait for each
+    other instead of failing on a lock upgrade."""
+    if url.startswith("sqlite"):
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=8
+        )
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(connection: Any) -> None:
+            read_only = connection.get_execution_options().get(READ_ONLY_OPTION, False)
+            connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+        return engine
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    return create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+
+
+READ_ONLY_OPTION = "gpupool_read_only"
+"""Execution option for sessions that only read: on SQLite they begin a plain (deferred)
+transaction and never wait for the writer."""
+
+
+def make_sessionmakers(engine: Engine) -> tuple[sessionmaker[Session], sessionmaker[Session]]:
+    """(writer, reader) session factories over one engine and pool."""
+    reader = engine.execution_options(**{READ_ONLY_OPTION: True})
+    return (
+        sessionmaker(engine, expire_on_commit=False),
+        sessionmaker(reader, expire_on_commit=False),
+    )

@@ -1,0 +1,28 @@
+"""Errors the API answers with: a status, a sentence that says what was wrong and how to fix it,
+and where possible the field."""
+
+from __future__ import annotations
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, detail: str, field: str | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.field = field
+
+
+def not_found(what: str, name: str, hint: str) -> ApiError:
+    return ApiError(404, f"{what} {name!r} not found: {hint}")
+
+
+def forbidden(detail: str) -> ApiError:
+    return ApiError(403, detail)
+
+
+def conflict(detail: str, field: str | None = None) -> ApiError:
+    return ApiError(409, detail, field)
+
+
+def invalid(detail: str, field: str | None = None) -> ApiError:
+    return ApiError(422, detail, field)

@@ -1,0 +1,1 @@
+"""HTTP routes: parse, check access, call a service, return its model. Nothing else."""

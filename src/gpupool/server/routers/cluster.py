@@ -1,0 +1,117 @@
+"""Nodes, the allocation view, metrics, health, users and tokens."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+import gpupool
+from gpupool.api.schemas import (
+    Health,
+    NodeIn,
+    NodeOut,
+    ProjectsIn,
+    TokenIn,
+    TokenOut,
+    TopOut,
+    UserIn,
+    UserOut,
+)
+from gpupool.server.services import cluster, users
+from gpupool.server.state import Caller, State
+
+router = APIRouter()
+api = APIRouter(prefix="/api/v1")
+
+
+@router.get("/health", tags=["health"])
+def health() -> Health:
+    """Liveness; the only call without a token."""
+    return Health(status="ok", version=gpupool.__version__)
+
+
+@router.get("/metrics", tags=["metrics"], response_class=Response)
+def metrics(state: State, caller: Caller) -> Response:
+    return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+@api.get("/nodes", tags=["nodes"])
+def list_nodes(state: State, caller: Caller) -> list[NodeOut]:
+    with state.read() as session:
+        return cluster.nodes(session)
+
+
+@api.get("/nodes/{name}", tags=["nodes"])
+def get_node(name: str, state: State, caller: Caller) -> NodeOut:
+    with state.read() as session:
+        return cluster.nodes(session, name)[0]
+
+
+@api.post("/nodes", tags=["nodes"])
+def register_node(body: NodeIn, state: State, caller: Caller) -> NodeOut:
+    """Register or update a node (executors and admins)."""
+    caller.require_admin("register nodes")
+    with state.write() as session:
+        cluster.register(session, body, "api", state.clock.now_s())
+    with state.read() as session:
+        return cluster.nodes(session, body.name)[0]
+
+
+@api.get("/top", tags=["nodes"])
+def top(state: State, caller: Caller) -> TopOut:
+    last = state.loop.last_cycle
+    with state.read() as session:
+        return cluster.top(
+            session,
+            state.clock.now_s(),
+            state.loop.shares,
+            last.at_s if last else None,
+            last.duration_s * 1000 if last else None,
+        )
+
+
+@api.get("/whoami", tags=["users"])
+def whoami(state: State, caller: Caller) -> UserOut:
+    with state.read() as session:
+        return users.view(session, users.get_row(session, caller.name))
+
+
+@api.get("/users", tags=["users"])
+def list_users(state: State, caller: Caller) -> list[UserOut]:
+    caller.require_admin("list users")
+    with state.read() as session:
+        return users.list_all(session)
+
+
+@api.post("/users", tags=["users"], status_code=201)
+def create_user(body: UserIn, state: State, caller: Caller) -> UserOut:
+    caller.require_admin("create users")
+    with state.write() as session:
+        return users.create(session, body, state.clock.now_s())
+
+
+@api.put("/users/{name}/projects", tags=["users"])
+def set_user_projects(name: str, body: ProjectsIn, state: State, caller: Caller) -> UserOut:
+    caller.require_admin("change memberships")
+    with state.write() as session:
+        out = users.set_projects(session, users.get_row(session, name), body.projects)
+    state.tokens.clear()
+    return out
+
+
+@api.post("/users/{name}/tokens", tags=["users"], status_code=201)
+def create_token(name: str, body: TokenIn, state: State, caller: Caller) -> TokenOut:
+    if name != caller.name:
+        caller.require_admin("issue tokens for other users")
+    with state.write() as session:
+        return users.issue_token(
+            session, users.get_row(session, name), body.label, state.clock.now_s()
+        )
+
+
+@api.delete("/users/{name}", tags=["users"], status_code=204)
+def delete_user(name: str, state: State, caller: Caller) -> Response:
+    caller.require_admin("delete users")
+    with state.write() as session:
+        session.delete(users.get_row(session, name))
+    state.tokens.clear()
+    return Response(status_code=204)

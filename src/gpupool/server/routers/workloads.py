@@ -1,0 +1,117 @@
+"""Workloads: submit, list, describe, suspend, resume, delete, logs; the event log."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from sqlalchemy import select
+
+from gpupool.api.schemas import (
+    EventOut,
+    LogChunk,
+    TaskState,
+    WorkloadDetail,
+    WorkloadIn,
+    WorkloadOut,
+    WorkloadPage,
+    WorkloadStatus,
+    WorkloadType,
+)
+from gpupool.server.db import TaskRow
+from gpupool.server.errors import not_found
+from gpupool.server.services import workloads
+from gpupool.server.state import Caller, State
+
+router = APIRouter(prefix="/api/v1", tags=["workloads"])
+
+MAX_LOG_CHUNK = 1 << 20
+
+
+@router.post("/workloads", status_code=201)
+def submit(body: WorkloadIn, state: State, caller: Caller) -> WorkloadOut:
+    with state.write() as session:
+        return workloads.submit(session, body, caller, state.clock.now_s())
+
+
+@router.get("/workloads")
+def list_workloads(
+    state: State,
+    caller: Caller,
+    project: str | None = None,
+    status: WorkloadStatus | None = None,
+    type: WorkloadType | None = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+) -> WorkloadPage:
+    with state.read() as session:
+        return workloads.list_page(session, caller, project, status, type, limit, offset)
+
+
+@router.get("/workloads/{project}/{name}")
+def describe(project: str, name: str, state: State, caller: Caller) -> WorkloadDetail:
+    with state.read() as session:
+        return workloads.detail(session, workloads.get_row(session, project, name, caller))
+
+
+@router.post("/workloads/{project}/{name}/suspend")
+def suspend(project: str, name: str, state: State, caller: Caller) -> WorkloadOut:
+    with state.write() as session:
+        row = workloads.get_row(session, project, name, caller)
+        return workloads.suspend(session, row, caller, state.clock.now_s())
+
+
+@router.post("/workloads/{project}/{name}/resume")
+def resume(project: str, name: str, state: State, caller: Caller) -> WorkloadOut:
+    with state.write() as session:
+        row = workloads.get_row(session, project, name, caller)
+        return workloads.resume(session, row, caller, state.clock.now_s())
+
+
+@router.delete("/workloads/{project}/{name}")
+def delete(project: str, name: str, state: State, caller: Caller) -> WorkloadOut:
+    with state.write() as session:
+        row = workloads.get_row(session, project, name, caller)
+        return workloads.delete(session, row, caller, state.clock.now_s())
+
+
+@router.get("/workloads/{project}/{name}/logs")
+def logs(
+    project: str,
+    name: str,
+    state: State,
+    caller: Caller,
+    task: Annotated[int, Query(ge=0, le=10_000)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+) -> LogChunk:
+    """The log of the task's latest start, from byte `offset`."""
+    with state.read() as session:
+        row = workloads.get_row(session, project, name, caller)
+        launch = session.execute(
+            select(TaskRow.launch_id, TaskRow.state)
+            .where(TaskRow.workload_id == row.id, TaskRow.task_index == task)
+            .order_by(TaskRow.id.desc())
+            .limit(1)
+        ).first()
+        finished = row.status in (WorkloadStatus.COMPLETED.value, WorkloadStatus.FAILED.value)
+    if launch is None:
+        if task >= row.tasks:
+            raise not_found("task", str(task), f"the workload has tasks 0..{row.tasks - 1}")
+        return LogChunk(text="", next_offset=offset, complete=finished)
+    data, ended = state.executor.read_log(launch[0], offset, MAX_LOG_CHUNK)
+    text = data.decode("utf-8", errors="replace")
+    done = (ended or launch[1] == TaskState.DONE.value) and finished
+    return LogChunk(text=text, next_offset=offset + len(data), complete=done and not data)
+
+
+@router.get("/events")
+def events(
+    state: State,
+    caller: Caller,
+    project: str | None = None,
+    workload: str | None = None,
+    after_id: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
+) -> list[EventOut]:
+    with state.read() as session:
+        return workloads.events(session, caller, project, workload, after_id, limit)

@@ -1,0 +1,641 @@
+"""The scheduling loop: snapshot from the database -> the core -> decisions persisted -> executor.
+
+One iteration (`run_once`):
+
+1. **Exits.** Launches the executor reports as ended are written down (task done; workload
+   completed, failed, requeued or removed), then acknowledged to the executor.
+2. **Cycle.** A snapshot is read in one transaction and `run_cycle` decides. The decisions are
+   written in one transaction, each only if its workload's `version` is still the one decided on
+   (a user may have suspended or deleted it meanwhile): a bind adds task rows in state
+   `starting` with a new launch id; an eviction or move marks tasks `stopping`.
+3. **Dispatch.** Stopping tasks are stopped; starting tasks are started once nothing that is
+   stopping still holds their devices or their task, then marked `running`.
+
+Every step is safe to repeat: the database says what should happen, launch ids make starts
+idempotent, and exits stay reported until acknowledged. So after a crash anywhere, the next
+iteration finishes the work and starts nothing twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import cast
+
+from sqlalchemy import Table, delete, insert, select, update
+from sqlalchemy import bindparam as _bind
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpupool.api.schemas import TaskState, WorkloadStatus
+from gpupool.clock import Clock
+from gpupool.core.cycle import run_cycle
+from gpupool.core.decisions import Bind, CycleResult, Evict, Move, ProjectShare
+from gpupool.core.model import MILLI_PER_GPU, SchedulerSettings, TaskPlacement, Workload
+from gpupool.executors.base import Executor, Exit, Launch, NodeInventory, Stop
+from gpupool.server.db import DeviceRow, EventRow, NodeRow, ProjectRow, TaskRow, WorkloadRow
+from gpupool.server.metrics import ServerMetrics
+from gpupool.server.snapshot import BuiltSnapshot, WorkloadKey, build_snapshot, gpu_request
+
+TASKS = cast(Table, TaskRow.__table__)
+WORKLOADS = cast(Table, WorkloadRow.__table__)
+
+_LIVE = (TaskState.STARTING.value, TaskState.RUNNING.value, TaskState.STOPPING.value)
+_ACTIVE = (TaskState.STARTING.value, TaskState.RUNNING.value)
+
+
+@dataclass(frozen=True, slots=True)
+class CycleInfo:
+    at_s: float
+    duration_s: float
+    decisions: int
+
+
+class SchedulingLoop:
+    """Runs `run_once` on a thread: at least every `interval_s`, sooner when woken."""
+
+    def __init__(
+        self,
+        writer: sessionmaker[Session],
+        executor: Executor,
+        clock: Clock,
+        settings: SchedulerSettings,
+        metrics: ServerMetrics,
+        interval_s: float = 1.0,
+        min_gap_s: float = 0.05,
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self._writer = writer
+        self._executor = executor
+        self._clock = clock
+        self._settings = settings
+        self._metrics = metrics
+        self._interval_s = interval_s
+        self._min_gap_s = min_gap_s
+        self._on_error = on_error
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stops_sent: set[str] = set()
+        self.shares: dict[str, ProjectShare] = {}
+        self.last_cycle: CycleInfo | None = None
+        self.iterations = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.register_nodes(self._executor.inventory())
+        self.recover()
+        self._thread = threading.Thread(target=self._run, name="gpupool-scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            began = time.monotonic()
+            try:
+                self.run_once()
+            except Exception as error:  # the loop must outlive one bad iteration
+                if self._on_error is not None:
+                    self._on_error(error)
+            self._wake.wait(timeout=self._interval_s)
+            self._wake.clear()
+            rest = self._min_gap_s - (time.monotonic() - began)
+            if rest > 0:
+                self._stop.wait(rest)
+
+    # -- one iteration -----------------------------------------------------------------------
+
+    def run_once(self) -> None:
+        self.collect_exits()
+        self.remove_deleted()
+        self.cycle()
+        self.dispatch()
+        self.collect_exits()
+        self.iterations += 1
+
+    def register_nodes(self, nodes: Sequence[NodeInventory]) -> None:
+        """Record the executor's nodes and devices; its nodes no longer reported go down."""
+        now = self._clock.now_s()
+        with self._writer.begin() as session:
+            known = {
+                row.name: row
+                for row in session.scalars(
+                    select(NodeRow).where(NodeRow.executor == self._executor.name)
+                )
+            }
+            for node in nodes:
+                row = known.pop(node.name, None)
+                if row is None:
+                    row = NodeRow(name=node.name, executor=self._executor.name, registered_at=now)
+                    session.add(row)
+                row.state = "ready"
+                row.gpu_count = node.gpu_count
+                row.gpu_memory_mib = node.gpu_memory_mib
+                row.gpu_model = node.gpu_model
+                row.cpu_milli = node.cpu_milli
+                row.memory_mib = node.memory_mib
+                row.labels = dict(node.labels)
+                row.heartbeat_at = now
+                session.flush()
+                session.execute(delete(DeviceRow).where(DeviceRow.node_id == row.id))
+                if node.devices:
+                    session.execute(
+                        insert(DeviceRow),
+                        [
+                            {
+                                "node_id": row.id,
+                                "device_index": d.index,
+                                "uuid": d.uuid,
+                                "model": d.model,
+                                "memory_mib": d.memory_mib,
+                            }
+                            for d in node.devices
+                        ],
+                    )
+            for row in known.values():
+                row.state = "down"
+
+    def recover(self) -> None:
+        """After a restart: tasks the executor never heard of are lost; their workloads requeue.
+
+        Starting tasks are left alone (dispatch starts them; a start is idempotent). A running
+        or stopping task the executor does not know was lost with the executor's state.
+        """
+        now = self._clock.now_s()
+        with self._writer.begin() as session:
+            rows = session.execute(
+                select(TaskRow.id, TaskRow.launch_id, TaskRow.workload_id).where(
+                    TaskRow.state.in_((TaskState.RUNNING.value, TaskState.STOPPING.value))
+                )
+            ).all()
+            known = self._executor.known([launch_id for _, launch_id, _ in rows])
+            lost = [
+                (task_id, workload_id)
+                for task_id, launch_id, workload_id in rows
+                if launch_id not in known
+            ]
+            for task_id, _ in lost:
+                session.execute(
+                    update(TaskRow)
+                    .where(TaskRow.id == task_id)
+                    .values(
+                        state=TaskState.DONE.value,
+                        finished_at=now,
+                        exit_code=-1,
+                        reason="lost: the executor does not know this task after a restart",
+                    )
+                )
+            for workload_id in {workload_id for _, workload_id in lost}:
+                self._after_task_end(session, workload_id, now, natural_exit=None)
+
+    def collect_exits(self) -> None:
+        exits = self._executor.exits()
+        if not exits:
+            return
+        now = self._clock.now_s()
+        by_launch = {e.launch_id: e for e in exits}
+        with self._writer.begin() as session:
+            rows = session.execute(
+                select(TaskRow.id, TaskRow.launch_id, TaskRow.workload_id, TaskRow.state).where(
+                    TaskRow.launch_id.in_(list(by_launch))
+                )
+            ).all()
+            ended: dict[int, list[Exit]] = defaultdict(list)
+            updates = []
+            for task_id, launch_id, workload_id, state in rows:
+                if state == TaskState.DONE.value:
+                    continue
+                end = by_launch[launch_id]
+                updates.append(
+                    {
+                        "task_id": task_id,
+                        "state": TaskState.DONE.value,
+                        "finished_at": end.finished_at_s,
+                        "exit_code": end.exit_code,
+                        "reason": end.reason,
+                    }
+                )
+                ended[workload_id].append(end)
+            if updates:
+                session.connection().execute(
+                    update(TASKS)
+                    .where(TASKS.c.id == _bind("task_id"))
+                    .values(
+                        state=_bind("state"),
+                        finished_at=_bind("finished_at"),
+                        exit_code=_bind("exit_code"),
+                        reason=_bind("reason"),
+                    ),
+                    updates,
+                )
+            for workload_id, ends in ended.items():
+                natural = [e for e in ends if not e.stopped]
+                failed = [e for e in natural if e.exit_code != 0]
+                if failed:
+                    self._after_task_end(session, workload_id, now, natural_exit=failed[0])
+                elif natural:
+                    self._after_task_end(session, workload_id, now, natural_exit=natural[0])
+                else:
+                    self._after_task_end(session, workload_id, now, natural_exit=None)
+        self._executor.acknowledge(list(by_launch))
+        self._stops_sent.difference_update(by_launch)
+
+    def _after_task_end(
+        self, session: Session, workload_id: int, now: float, natural_exit: Exit | None
+    ) -> None:
+        """Move a workload on after some of its tasks ended."""
+        workload = session.get(WorkloadRow, workload_id)
+        if workload is None:
+            return
+        live = session.scalars(
+            select(TaskRow.task_index).where(
+                TaskRow.workload_id == workload_id, TaskRow.state.in_(_LIVE)
+            )
+        ).all()
+        project = workload.project.name
+        if natural_exit is not None and workload.status in (
+            WorkloadStatus.RUNNING.value,
+            WorkloadStatus.COMPLETING.value,
+        ):
+            if natural_exit.exit_code != 0:
+                self._stop_live(session, workload_id, now, "another task of the workload failed")
+                workload.status = WorkloadStatus.FAILED.value
+                workload.finished_at = now
+                workload.pending_reason = None
+                _event(
+                    session,
+                    now,
+                    "failed",
+                    project,
+                    workload.name,
+                    f"a task exited with code {natural_exit.exit_code}: {natural_exit.reason}",
+                )
+            elif live:
+                workload.status = WorkloadStatus.COMPLETING.value
+            else:
+                workload.status = WorkloadStatus.COMPLETED.value
+                workload.finished_at = now
+                _event(session, now, "completed", project, workload.name, "all tasks finished")
+            workload.version += 1
+            return
+        if workload.status == WorkloadStatus.COMPLETING.value and not live:
+            workload.status = WorkloadStatus.COMPLETED.value
+            workload.finished_at = now
+            workload.version += 1
+            _event(session, now, "completed", project, workload.name, "all tasks finished")
+        elif workload.status == WorkloadStatus.RUNNING.value and not live:
+            workload.status = WorkloadStatus.PENDING.value
+            workload.started_at = None
+            workload.pending_reason = "its tasks ended unexpectedly; waiting to run again"
+            workload.version += 1
+            _event(session, now, "requeued", project, workload.name, "its tasks were lost")
+
+    def remove_deleted(self) -> None:
+        with self._writer.begin() as session:
+            live = select(TaskRow.workload_id).where(TaskRow.state.in_(_LIVE))
+            rows = session.execute(
+                select(WorkloadRow.id, WorkloadRow.name, ProjectRow.name)
+                .join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
+                .where(
+                    WorkloadRow.status == WorkloadStatus.DELETING.value,
+                    WorkloadRow.id.not_in(live),
+                )
+            ).all()
+            if not rows:
+                return
+            now = self._clock.now_s()
+            ids = [row[0] for row in rows]
+            session.execute(delete(TaskRow).where(TaskRow.workload_id.in_(ids)))
+            session.execute(delete(WorkloadRow).where(WorkloadRow.id.in_(ids)))
+            for _, name, project in rows:
+                _event(session, now, "deleted", project, name, "its tasks have stopped")
+
+    def cycle(self) -> CycleResult:
+        began = time.perf_counter()
+        now = self._clock.now_s()
+        with self._writer() as session, session.begin():
+            built = build_snapshot(session, now, self._settings)
+        result = run_cycle(built.snapshot)
+        counts = self._persist(built, result, now)
+        duration_s = time.perf_counter() - began
+        self.shares = {share.name: share for share in result.projects}
+        self.last_cycle = CycleInfo(now, duration_s, len(result.decisions))
+        capacity = sum(node.gpu_count for node in built.snapshot.nodes)
+        self._metrics.observe_cycle(result, duration_s, float(capacity))
+        for kind, count in counts.items():
+            self._metrics.count_decisions(kind, count)
+        return result
+
+    def _persist(self, built: BuiltSnapshot, result: CycleResult, now: float) -> dict[str, int]:
+        counts = {"bind": 0, "evict": 0, "move": 0}
+        touched = {d.workload for d in result.decisions}
+        with self._writer.begin() as session:
+            current = dict(
+                session.execute(
+                    select(WorkloadRow.id, WorkloadRow.version).where(
+                        WorkloadRow.id.in_([built.keys[name].workload_id for name in touched])
+                    )
+                )
+                .tuples()
+                .all()
+            )
+            fresh = {
+                name
+                for name in touched
+                if current.get(built.keys[name].workload_id) == built.keys[name].version
+            }
+            by_name = {w.name: w for w in built.snapshot.workloads}
+            tasks: list[dict[str, object]] = []
+            events: list[dict[str, object]] = []
+            changed: dict[str, dict[str, object]] = {}
+            for decision in result.decisions:
+                if decision.workload not in fresh:
+                    continue
+                key = built.keys[decision.workload]
+                if isinstance(decision, Bind):
+                    counts["bind"] += 1
+                    for placement in decision.placements:
+                        tasks.append(_task_row(key, placement, now))
+                    values = changed.setdefault(decision.workload, {})
+                    values["status"] = WorkloadStatus.RUNNING.value
+                    values["pending_reason"] = None
+                    if not by_name[decision.workload].placements:
+                        values["started_at"] = now
+                    where = ", ".join(_where(p) for p in decision.placements)
+                    message = f"{where}: {decision.reason}" if decision.reason else where
+                    node = decision.placements[0].node if decision.placements else None
+                    events.append(_event_row(now, "bound", key, message, node))
+                elif isinstance(decision, Evict):
+                    counts["evict"] += 1
+                    self._evict(session, by_name[decision.workload], key, decision, now, changed)
+                    events.append(_event_row(now, "evicted", key, decision.reason))
+                else:
+                    counts["move"] += 1
+                    self._move(session, key, decision, now)
+                    tasks.append(_task_row(key, decision.target, now))
+                    events.append(
+                        _event_row(
+                            now,
+                            "moved",
+                            key,
+                            f"{decision.cause.value}: {_where(decision.source)} -> "
+                            f"{_where(decision.target)}: {decision.reason}",
+                            decision.target.node,
+                        )
+                    )
+            if tasks:
+                session.execute(insert(TaskRow), tasks)
+            if events:
+                session.execute(insert(EventRow), events)
+            for name, values in changed.items():
+                key = built.keys[name]
+                session.execute(
+                    update(WorkloadRow)
+                    .where(WorkloadRow.id == key.workload_id)
+                    .values(version=WorkloadRow.version + 1, **values)
+                )
+            self._store_pending_reasons(session, built, result, fresh)
+        return counts
+
+    def _evict(
+        self,
+        session: Session,
+        workload: Workload,
+        key: WorkloadKey,
+        decision: Evict,
+        now: float,
+        changed: dict[str, dict[str, object]],
+    ) -> None:
+        query = update(TaskRow).where(
+            TaskRow.workload_id == key.workload_id, TaskRow.state.in_(_ACTIVE)
+        )
+        if decision.task_indices:
+            query = query.where(TaskRow.task_index.in_(decision.task_indices))
+        session.execute(
+            query.values(
+                state=TaskState.STOPPING.value,
+                stop_requested_at=now,
+                reason=f"{decision.cause.value}: {decision.reason}",
+            )
+        )
+        if decision.task_indices:
+            return
+        values = changed.setdefault(decision.workload, {})
+        if workload.is_preemptible:
+            values["status"] = WorkloadStatus.PENDING.value
+            values["started_at"] = None
+            values["pending_reason"] = f"preempted ({decision.cause.value}): {decision.reason}"
+            values["preemptions"] = WorkloadRow.preemptions + 1
+        else:
+            values["status"] = WorkloadStatus.FAILED.value
+            values["finished_at"] = now
+            values["pending_reason"] = None
+
+    def _move(self, session: Session, key: WorkloadKey, decision: Move, now: float) -> None:
+        session.execute(
+            update(TaskRow)
+            .where(
+                TaskRow.workload_id == key.workload_id,
+                TaskRow.task_index == decision.source.task_index,
+                TaskRow.state.in_(_ACTIVE),
+            )
+            .values(
+                state=TaskState.STOPPING.value,
+                stop_requested_at=now,
+                reason=f"moved ({decision.cause.value})",
+            )
+        )
+
+    def _store_pending_reasons(
+        self, session: Session, built: BuiltSnapshot, result: CycleResult, fresh: set[str]
+    ) -> None:
+        """Write each pending workload's reason where it changed (most cycles: none)."""
+        ids = [built.keys[name].workload_id for name in result.pending_reasons]
+        if not ids:
+            return
+        stored: dict[int, str | None] = {}
+        for chunk_start in range(0, len(ids), 900):
+            chunk = ids[chunk_start : chunk_start + 900]
+            stored.update(
+                session.execute(
+                    select(WorkloadRow.id, WorkloadRow.pending_reason).where(
+                        WorkloadRow.id.in_(chunk),
+                        WorkloadRow.status == WorkloadStatus.PENDING.value,
+                    )
+                )
+                .tuples()
+                .all()
+            )
+        changes = [
+            {"workload_id": built.keys[name].workload_id, "reason": reason}
+            for name, reason in result.pending_reasons.items()
+            if name not in fresh
+            and built.keys[name].workload_id in stored
+            and stored[built.keys[name].workload_id] != reason
+        ]
+        if changes:
+            table = WORKLOADS
+            session.connection().execute(
+                update(table)
+                .where(table.c.id == _bind("workload_id"))
+                .values(pending_reason=_bind("reason")),
+                changes,
+            )
+
+    def dispatch(self) -> None:
+        """Stop what should stop, then start what may start."""
+        with self._writer() as session, session.begin():
+            stopping = session.execute(
+                select(
+                    TaskRow.launch_id,
+                    TaskRow.workload_id,
+                    TaskRow.task_index,
+                    TaskRow.node,
+                    TaskRow.devices,
+                    TaskRow.reason,
+                    WorkloadRow.grace_period_s,
+                )
+                .join(WorkloadRow, WorkloadRow.id == TaskRow.workload_id)
+                .where(TaskRow.state == TaskState.STOPPING.value)
+            ).all()
+        stops = [
+            Stop(launch_id, grace, reason or "stopped")
+            for launch_id, _, _, _, _, reason, grace in stopping
+            if launch_id not in self._stops_sent
+        ]
+        if stops:
+            self._executor.stop(stops)
+            self._stops_sent.update(stop.launch_id for stop in stops)
+            self.collect_exits()
+            with self._writer() as session, session.begin():
+                stopping = session.execute(
+                    select(
+                        TaskRow.launch_id,
+                        TaskRow.workload_id,
+                        TaskRow.task_index,
+                        TaskRow.node,
+                        TaskRow.devices,
+                        TaskRow.reason,
+                        WorkloadRow.grace_period_s,
+                    )
+                    .join(WorkloadRow, WorkloadRow.id == TaskRow.workload_id)
+                    .where(TaskRow.state == TaskState.STOPPING.value)
+                ).all()
+        busy_devices = {
+            (node, device) for _, _, _, node, devices, _, _ in stopping for device in devices
+        }
+        busy_tasks = {(workload_id, index) for _, workload_id, index, _, _, _, _ in stopping}
+        self._start_ready(busy_devices, busy_tasks)
+
+    def _start_ready(
+        self, busy_devices: set[tuple[str, int]], busy_tasks: set[tuple[int, int]]
+    ) -> None:
+        with self._writer() as session, session.begin():
+            rows = session.execute(
+                select(TaskRow, WorkloadRow, ProjectRow.name, NodeRow.gpu_memory_mib)
+                .join(WorkloadRow, WorkloadRow.id == TaskRow.workload_id)
+                .join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
+                .join(NodeRow, NodeRow.name == TaskRow.node)
+                .where(TaskRow.state == TaskState.STARTING.value)
+            ).all()
+        launches: list[Launch] = []
+        for task, workload, project, device_memory_mib in rows:
+            if (workload.id, task.task_index) in busy_tasks:
+                continue
+            devices = tuple(task.devices)
+            if any((task.node, d) in busy_devices for d in devices):
+                continue
+            launches.append(_launch(task, workload, project, device_memory_mib))
+        if not launches:
+            return
+        self._executor.start(launches)
+        now = self._clock.now_s()
+        started = [{"launch": launch.launch_id, "now": now} for launch in launches]
+        with self._writer.begin() as session:
+            table = TASKS
+            session.connection().execute(
+                update(table)
+                .where(table.c.launch_id == _bind("launch"))
+                .where(table.c.state == TaskState.STARTING.value)
+                .values(state=TaskState.RUNNING.value, started_at=_bind("now")),
+                started,
+            )
+
+    def _stop_live(self, session: Session, workload_id: int, now: float, reason: str) -> None:
+        session.execute(
+            update(TaskRow)
+            .where(TaskRow.workload_id == workload_id, TaskRow.state.in_(_ACTIVE))
+            .values(state=TaskState.STOPPING.value, stop_requested_at=now, reason=reason)
+        )
+
+
+def _where(placement: TaskPlacement) -> str:
+    devices = ",".join(str(d) for d in placement.physical_devices)
+    return f"task {placement.task_index} on {placement.node} [{devices}]"
+
+
+def _task_row(key: WorkloadKey, placement: TaskPlacement, now: float) -> dict[str, object]:
+    return {
+        "launch_id": uuid.uuid4().hex,
+        "workload_id": key.workload_id,
+        "task_index": placement.task_index,
+        "node": placement.node,
+        "devices": list(placement.physical_devices),
+        "burst_device": placement.burst_device,
+        "state": TaskState.STARTING.value,
+        "created_at": now,
+    }
+
+
+def _event_row(
+    now: float, kind: str, key: WorkloadKey, message: str, node: str | None = None
+) -> dict[str, object]:
+    return {
+        "at": now,
+        "kind": kind,
+        "project": key.project,
+        "workload": key.name,
+        "node": node,
+        "message": message,
+    }
+
+
+def _event(
+    session: Session, now: float, kind: str, project: str, workload: str, message: str
+) -> None:
+    session.execute(
+        insert(EventRow).values(
+            at=now, kind=kind, project=project, workload=workload, message=message
+        )
+    )
+
+
+def _launch(task: TaskRow, workload: WorkloadRow, project: str, device_memory_mib: int) -> Launch:
+    request = gpu_request(workload.gpu_kind, workload.gpu_amount, workload.gpu_limit_milli)
+    per_device_milli = min(MILLI_PER_GPU, request.milli_on(device_memory_mib))
+    return Launch(
+        launch_id=task.launch_id,
+        project=project,
+        workload=workload.name,
+        task_index=task.task_index,
+        node=task.node,
+        devices=tuple(task.devices),
+        gpu_milli=per_device_milli,
+        gpu_memory_mib=request.memory_mib_on(device_memory_mib),
+        command=tuple(workload.command),
+        env=tuple(sorted(workload.env.items())),
+        grace_period_s=workload.grace_period_s,
+        duration_s=workload.duration_s,
+    )

@@ -1,0 +1,206 @@
+"""Nodes, devices and the live allocation view (`top`)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+
+from sqlalchemy import delete, insert, select
+from sqlalchemy.orm import Session
+
+from gpupool.api.schemas import (
+    DeviceOut,
+    NodeIn,
+    NodeOut,
+    NodeTop,
+    ProjectTop,
+    TaskState,
+    TopOut,
+    WorkloadStatus,
+)
+from gpupool.core.decisions import ProjectShare
+from gpupool.core.model import MILLI_PER_GPU
+from gpupool.server.db import DeviceRow, NodeRow, ProjectRow, TaskRow, WorkloadRow
+from gpupool.server.errors import not_found
+from gpupool.server.snapshot import core_name, gpu_request
+
+_HOLDING = (TaskState.STARTING.value, TaskState.RUNNING.value, TaskState.STOPPING.value)
+
+
+def register(session: Session, body: NodeIn, executor: str, now_s: float) -> NodeRow:
+    row = session.execute(select(NodeRow).where(NodeRow.name == body.name)).scalar_one_or_none()
+    if row is None:
+        row = NodeRow(name=body.name, executor=executor, registered_at=now_s)
+        session.add(row)
+    row.state = "ready"
+    row.gpu_count = body.gpu_count
+    row.gpu_memory_mib = body.gpu_memory_mib
+    row.gpu_model = body.gpu_model
+    row.cpu_milli = body.cpu_milli
+    row.memory_mib = body.memory_mib
+    row.labels = dict(body.labels)
+    row.heartbeat_at = now_s
+    session.flush()
+    session.execute(delete(DeviceRow).where(DeviceRow.node_id == row.id))
+    devices = body.devices or []
+    rows = [
+        {
+            "node_id": row.id,
+            "device_index": d.index,
+            "uuid": d.uuid,
+            "model": d.model,
+            "memory_mib": d.memory_mib,
+        }
+        for d in devices
+    ] or [
+        {
+            "node_id": row.id,
+            "device_index": i,
+            "uuid": None,
+            "model": body.gpu_model,
+            "memory_mib": body.gpu_memory_mib,
+        }
+        for i in range(body.gpu_count)
+    ]
+    if rows:
+        session.execute(insert(DeviceRow), rows)
+    return row
+
+
+def _allocations(
+    session: Session,
+) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], list[str]], dict[str, int]]:
+    """Milli-GPU held per (node, device), the workloads on it, and per project."""
+    per_device: dict[tuple[str, int], int] = defaultdict(int)
+    names: dict[tuple[str, int], list[str]] = defaultdict(list)
+    per_project: dict[str, int] = defaultdict(int)
+    rows = session.execute(
+        select(
+            TaskRow.node,
+            TaskRow.devices,
+            WorkloadRow.name,
+            WorkloadRow.gpu_kind,
+            WorkloadRow.gpu_amount,
+            ProjectRow.name,
+            NodeRow.gpu_memory_mib,
+        )
+        .join(WorkloadRow, WorkloadRow.id == TaskRow.workload_id)
+        .join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
+        .join(NodeRow, NodeRow.name == TaskRow.node)
+        .where(TaskRow.state.in_(_HOLDING))
+    ).all()
+    for node, devices, workload, kind, amount, project, memory_mib in rows:
+        request = gpu_request(kind, amount, None)
+        milli = request.milli_on(memory_mib)
+        per_device_milli = MILLI_PER_GPU if milli >= MILLI_PER_GPU else milli
+        for device in devices:
+            per_device[(node, device)] += per_device_milli
+            names[(node, device)].append(core_name(project, workload))
+        per_project[project] += milli
+    return per_device, names, per_project
+
+
+def nodes(session: Session, name: str | None = None) -> list[NodeOut]:
+    query = select(NodeRow).order_by(NodeRow.name)
+    if name is not None:
+        query = query.where(NodeRow.name == name)
+    rows = session.scalars(query).all()
+    if name is not None and not rows:
+        raise not_found("node", name, "list nodes with gpupool nodes")
+    per_device, names, _ = _allocations(session)
+    devices: dict[int, list[DeviceRow]] = defaultdict(list)
+    for device in session.scalars(select(DeviceRow).order_by(DeviceRow.device_index)):
+        devices[device.node_id].append(device)
+    out = []
+    for row in rows:
+        device_views = [
+            DeviceOut(
+                index=d.device_index,
+                uuid=d.uuid,
+                model=d.model,
+                memory_mib=d.memory_mib,
+                allocated_milli=per_device.get((row.name, d.device_index), 0),
+                workloads=names.get((row.name, d.device_index), []),
+            )
+            for d in devices[row.id]
+        ]
+        out.append(
+            NodeOut(
+                name=row.name,
+                executor=row.executor,
+                state=row.state,
+                gpu_count=row.gpu_count,
+                gpu_memory_mib=row.gpu_memory_mib,
+                gpu_model=row.gpu_model,
+                cpu_milli=row.cpu_milli,
+                memory_mib=row.memory_mib,
+                labels=row.labels,
+                allocated_gpu_milli=sum(d.allocated_milli for d in device_views),
+                devices=device_views,
+            )
+        )
+    return out
+
+
+def top(
+    session: Session,
+    now_s: float,
+    shares: Mapping[str, ProjectShare],
+    last_cycle_at: float | None,
+    last_cycle_ms: float | None,
+) -> TopOut:
+    node_views = nodes(session)
+    _, _, per_project = _allocations(session)
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    requested: dict[str, int] = defaultdict(int)
+    for project, status, kind, amount, tasks in session.execute(
+        select(
+            ProjectRow.name,
+            WorkloadRow.status,
+            WorkloadRow.gpu_kind,
+            WorkloadRow.gpu_amount,
+            WorkloadRow.tasks,
+        )
+        .join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
+        .where(WorkloadRow.status.in_((WorkloadStatus.PENDING.value, WorkloadStatus.RUNNING.value)))
+    ):
+        counts[(project, status)] += 1
+        requested[project] += gpu_request(kind, amount, None).milli_on(81920) * tasks
+    projects = [
+        ProjectTop(
+            name=row.name,
+            quota_gpu_milli=row.quota_gpu_milli,
+            fair_share_gpu_milli=(
+                shares[row.name].fair_share.gpu_milli if row.name in shares else None
+            ),
+            allocated_gpu_milli=per_project.get(row.name, 0),
+            requested_gpu_milli=(
+                shares[row.name].demand.gpu_milli
+                if row.name in shares
+                else requested.get(row.name, 0)
+            ),
+            running=counts.get((row.name, WorkloadStatus.RUNNING.value), 0),
+            pending=counts.get((row.name, WorkloadStatus.PENDING.value), 0),
+        )
+        for row in session.scalars(
+            select(ProjectRow).where(ProjectRow.is_department.is_(False)).order_by(ProjectRow.name)
+        )
+    ]
+    return TopOut(
+        at=now_s,
+        capacity_gpu_milli=sum(n.gpu_count for n in node_views if n.state == "ready")
+        * MILLI_PER_GPU,
+        allocated_gpu_milli=sum(n.allocated_gpu_milli for n in node_views),
+        projects=projects,
+        nodes=[
+            NodeTop(
+                name=n.name,
+                gpu_count=n.gpu_count,
+                allocated_gpu_milli=n.allocated_gpu_milli,
+                devices=n.devices,
+            )
+            for n in node_views
+        ],
+        last_cycle_at=last_cycle_at,
+        last_cycle_ms=last_cycle_ms,
+    )

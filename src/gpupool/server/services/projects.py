@@ -1,0 +1,215 @@
+"""Departments and projects: create, change, delete when empty; quota warnings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from gpupool.api.schemas import (
+    Amounts,
+    AmountsIn,
+    DepartmentIn,
+    ProjectIn,
+    ProjectOut,
+    ProjectPatch,
+    WorkloadStatus,
+)
+from gpupool.core.decisions import ProjectShare
+from gpupool.core.model import Resources
+from gpupool.server.db import MembershipRow, ProjectRow, WorkloadRow
+from gpupool.server.errors import ApiError, conflict, invalid, not_found
+from gpupool.units import format_gpu_milli
+
+LIVE_STATUSES = (
+    WorkloadStatus.PENDING.value,
+    WorkloadStatus.RUNNING.value,
+    WorkloadStatus.SUSPENDED.value,
+    WorkloadStatus.DELETING.value,
+)
+
+
+def _kind(is_department: bool) -> str:
+    return "department" if is_department else "project"
+
+
+def get_row(session: Session, name: str, is_department: bool | None = None) -> ProjectRow:
+    row = session.execute(select(ProjectRow).where(ProjectRow.name == name)).scalar_one_or_none()
+    if row is None or (is_department is not None and row.is_department != is_department):
+        what = _kind(bool(is_department))
+        raise not_found(what, name, f"list them with gpupool {what}s")
+    return row
+
+
+def create(
+    session: Session, body: ProjectIn | DepartmentIn, now_s: float, shares: ShareMap
+) -> ProjectOut:
+    is_department = isinstance(body, DepartmentIn)
+    existing = session.execute(
+        select(ProjectRow.is_department).where(ProjectRow.name == body.name)
+    ).scalar_one_or_none()
+    if existing is not None:
+        raise conflict(
+            f"a {_kind(existing)} named {body.name!r} already exists: project and department "
+            "names are unique together; pick another name",
+            "name",
+        )
+    parent: ProjectRow | None = None
+    if isinstance(body, ProjectIn) and body.department is not None:
+        parent = session.execute(
+            select(ProjectRow).where(ProjectRow.name == body.department)
+        ).scalar_one_or_none()
+        if parent is None or not parent.is_department:
+            raise invalid(
+                f"department {body.department!r} does not exist: create it first "
+                "(gpupool department create) or leave department out",
+                "department",
+            )
+    row = ProjectRow(
+        name=body.name,
+        is_department=is_department,
+        parent_id=parent.id if parent else None,
+        over_quota_weight=body.over_quota_weight,
+        priority=body.priority,
+        min_runtime_s=0 if isinstance(body, DepartmentIn) else body.min_runtime_s,
+        created_at=now_s,
+    )
+    _set_quota(row, body.quota)
+    _set_limit(row, body.limit)
+    session.add(row)
+    session.flush()
+    return view(session, row, shares, warnings=quota_warnings(session, row))
+
+
+def update(session: Session, row: ProjectRow, body: ProjectPatch, shares: ShareMap) -> ProjectOut:
+    if body.quota is not None:
+        _set_quota(row, body.quota)
+    if "limit" in body.model_fields_set:
+        _set_limit(row, body.limit)
+    if body.over_quota_weight is not None:
+        row.over_quota_weight = body.over_quota_weight
+    if body.priority is not None:
+        row.priority = body.priority
+    if body.min_runtime_s is not None:
+        if row.is_department:
+            raise invalid("min_runtime_s is set per project, not per department", "min_runtime_s")
+        row.min_runtime_s = body.min_runtime_s
+    session.flush()
+    return view(session, row, shares, warnings=quota_warnings(session, row))
+
+
+def remove(session: Session, row: ProjectRow) -> None:
+    if row.is_department:
+        children = session.scalar(
+            select(func.count()).select_from(ProjectRow).where(ProjectRow.parent_id == row.id)
+        )
+        if children:
+            raise conflict(
+                f"department {row.name!r} still has {children} project(s): delete or move "
+                "them first"
+            )
+    else:
+        live = session.scalar(
+            select(func.count())
+            .select_from(WorkloadRow)
+            .where(WorkloadRow.project_id == row.id, WorkloadRow.status.in_(LIVE_STATUSES))
+        )
+        if live:
+            raise conflict(
+                f"project {row.name!r} still has {live} workload(s) that are not finished: "
+                "delete them first (gpupool delete NAME --project " + row.name + ")"
+            )
+        session.execute(delete(WorkloadRow).where(WorkloadRow.project_id == row.id))
+        session.execute(delete(MembershipRow).where(MembershipRow.project_id == row.id))
+    session.delete(row)
+
+
+def quota_warnings(session: Session, row: ProjectRow) -> list[str]:
+    """The contract allows children's quotas to add up to more than their department's; say so."""
+    department = row if row.is_department else row.parent
+    if department is None:
+        return []
+    children = session.scalars(select(ProjectRow).where(ProjectRow.parent_id == department.id))
+    total = sum(child.quota_gpu_milli for child in children)
+    if total > department.quota_gpu_milli:
+        return [
+            f"the projects of department {department.name!r} have quotas adding up to "
+            f"{format_gpu_milli(total)} GPUs, more than its quota of "
+            f"{format_gpu_milli(department.quota_gpu_milli)}: they cannot all get their quota "
+            "at once"
+        ]
+    return []
+
+
+ShareMap = Mapping[str, ProjectShare]
+
+
+def _amounts(resources: Resources) -> Amounts:
+    return Amounts(
+        gpu_milli=resources.gpu_milli,
+        cpu_milli=resources.cpu_milli,
+        memory_mib=resources.memory_mib,
+    )
+
+
+def view(
+    session: Session, row: ProjectRow, shares: ShareMap, warnings: list[str] | None = None
+) -> ProjectOut:
+    share = shares.get(row.name)
+    return ProjectOut(
+        name=row.name,
+        kind=_kind(row.is_department),
+        department=row.parent.name if row.parent else None,
+        quota=Amounts(
+            gpu_milli=row.quota_gpu_milli,
+            cpu_milli=row.quota_cpu_milli,
+            memory_mib=row.quota_memory_mib,
+        ),
+        over_quota_weight=row.over_quota_weight,
+        limit=(
+            Amounts(
+                gpu_milli=row.limit_gpu_milli,
+                cpu_milli=row.limit_cpu_milli,
+                memory_mib=row.limit_memory_mib,
+            )
+            if row.has_limit
+            else None
+        ),
+        priority=row.priority,
+        min_runtime_s=row.min_runtime_s,
+        fair_share=_amounts(share.fair_share) if share else None,
+        holding=_amounts(share.holding) if share else None,
+        demand=_amounts(share.demand) if share else None,
+        warnings=warnings or [],
+    )
+
+
+def list_views(session: Session, is_department: bool, shares: ShareMap) -> list[ProjectOut]:
+    rows = session.scalars(
+        select(ProjectRow)
+        .where(ProjectRow.is_department == is_department)
+        .order_by(ProjectRow.name)
+    ).all()
+    return [view(session, row, shares) for row in rows]
+
+
+def _set_quota(row: ProjectRow, quota: AmountsIn) -> None:
+    row.quota_gpu_milli = quota.gpu_milli or 0
+    row.quota_cpu_milli = quota.cpu_milli or 0
+    row.quota_memory_mib = quota.memory_mib or 0
+
+
+def _set_limit(row: ProjectRow, limit: AmountsIn | None) -> None:
+    row.has_limit = limit is not None
+    row.limit_gpu_milli = limit.gpu_milli if limit else None
+    row.limit_cpu_milli = limit.cpu_milli if limit else None
+    row.limit_memory_mib = limit.memory_mib if limit else None
+    if limit is not None and limit.gpu_milli is not None and limit.gpu_milli < row.quota_gpu_milli:
+        raise ApiError(
+            422,
+            f"limit gpu ({format_gpu_milli(limit.gpu_milli)}) is below the quota "
+            f"({format_gpu_milli(row.quota_gpu_milli)}): a limit caps use above the quota; "
+            "raise the limit or lower the quota",
+            "limit.gpu",
+        )

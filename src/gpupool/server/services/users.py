@@ -1,0 +1,97 @@
+"""Users, their tokens and project memberships; the first admin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from gpupool.api.schemas import Role, TokenOut, UserIn, UserOut
+from gpupool.server.auth import new_token, token_digest
+from gpupool.server.db import MembershipRow, ProjectRow, TokenRow, UserRow
+from gpupool.server.errors import conflict, invalid, not_found
+
+FIRST_ADMIN = "admin"
+
+
+def get_row(session: Session, name: str) -> UserRow:
+    row = session.execute(select(UserRow).where(UserRow.name == name)).scalar_one_or_none()
+    if row is None:
+        raise not_found("user", name, "list users with GET /api/v1/users")
+    return row
+
+
+def view(session: Session, row: UserRow) -> UserOut:
+    projects = session.scalars(
+        select(ProjectRow.name)
+        .join(MembershipRow, MembershipRow.project_id == ProjectRow.id)
+        .where(MembershipRow.user_id == row.id)
+        .order_by(ProjectRow.name)
+    ).all()
+    return UserOut(name=row.name, role=Role(row.role), projects=list(projects))
+
+
+def list_all(session: Session) -> list[UserOut]:
+    return [view(session, row) for row in session.scalars(select(UserRow).order_by(UserRow.name))]
+
+
+def create(session: Session, body: UserIn, now_s: float) -> UserOut:
+    if session.execute(select(UserRow.id).where(UserRow.name == body.name)).first():
+        raise conflict(f"a user named {body.name!r} already exists: pick another name", "name")
+    row = UserRow(name=body.name, role=body.role.value, created_at=now_s)
+    session.add(row)
+    session.flush()
+    set_projects(session, row, body.projects)
+    return view(session, row)
+
+
+def set_projects(session: Session, row: UserRow, names: list[str]) -> UserOut:
+    found = dict(
+        session.execute(
+            select(ProjectRow.name, ProjectRow.id).where(
+                ProjectRow.name.in_(names), ProjectRow.is_department.is_(False)
+            )
+        )
+        .tuples()
+        .all()
+    )
+    missing = sorted(set(names) - set(found))
+    if missing:
+        raise invalid(
+            f"no such project(s): {', '.join(missing)}; create them first or check the names",
+            "projects",
+        )
+    session.execute(delete(MembershipRow).where(MembershipRow.user_id == row.id))
+    for project_id in sorted(set(found.values())):
+        session.add(MembershipRow(user_id=row.id, project_id=project_id))
+    session.flush()
+    return view(session, row)
+
+
+def issue_token(session: Session, row: UserRow, label: str, now_s: float) -> TokenOut:
+    token = new_token()
+    session.add(
+        TokenRow(user_id=row.id, token_sha256=token_digest(token), label=label, created_at=now_s)
+    )
+    session.flush()
+    return TokenOut(token=token, user=row.name, role=Role(row.role))
+
+
+def bootstrap_admin(session: Session, data_dir: Path, now_s: float) -> Path | None:
+    """On a database without users: create `admin`, write its token to a 0600 file, and
+    return that file's path (None when users exist already)."""
+    if session.scalar(select(func.count()).select_from(UserRow)):
+        return None
+    row = UserRow(name=FIRST_ADMIN, role=Role.ADMIN.value, created_at=now_s)
+    session.add(row)
+    session.flush()
+    token = issue_token(session, row, "first start", now_s).token
+    path = data_dir / "admin-token"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    fd = path.open("x", encoding="utf-8")
+    path.chmod(0o600)
+    with fd:
+        fd.write(token + "\n")
+    return path

@@ -1,0 +1,329 @@
+"""Workloads: submit, list, describe, suspend, resume, delete; their events and logs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.orm import Session
+
+from gpupool.api.schemas import (
+    EventOut,
+    TaskOut,
+    TaskState,
+    WorkloadDetail,
+    WorkloadIn,
+    WorkloadOut,
+    WorkloadPage,
+    WorkloadStatus,
+    WorkloadType,
+)
+from gpupool.core.model import GpuRequestKind
+from gpupool.core.model import WorkloadType as CoreType
+from gpupool.server.auth import Principal
+from gpupool.server.db import EventRow, ProjectRow, TaskRow, WorkloadRow
+from gpupool.server.errors import conflict, invalid, not_found
+
+LIVE_TASK_STATES = (TaskState.STARTING.value, TaskState.RUNNING.value, TaskState.STOPPING.value)
+FINISHED = (WorkloadStatus.COMPLETED.value, WorkloadStatus.FAILED.value)
+
+
+def submit(session: Session, body: WorkloadIn, who: Principal, now_s: float) -> WorkloadOut:
+    project = session.execute(
+        select(ProjectRow).where(ProjectRow.name == body.project)
+    ).scalar_one_or_none()
+    if project is None or project.is_department:
+        what = "is a department" if project else "does not exist"
+        raise invalid(
+            f"project {body.project!r} {what}: submit to one of your projects "
+            "(gpupool projects lists them)",
+            "project",
+        )
+    who.require_project(project.name)
+    taken = session.execute(
+        select(WorkloadRow.status).where(
+            WorkloadRow.project_id == project.id, WorkloadRow.name == body.name
+        )
+    ).scalar_one_or_none()
+    if taken is not None:
+        raise conflict(
+            f"project {project.name!r} already has a workload named {body.name!r} ({taken}): "
+            "pick another name, or delete the old one first",
+            "name",
+        )
+    amount = body.gpu_amount
+    if amount is None:
+        kind, gpu_amount = GpuRequestKind.MEMORY, body.gpu_memory_mib or 0
+    elif amount.is_whole:
+        kind, gpu_amount = GpuRequestKind.WHOLE, amount.devices
+    else:
+        kind, gpu_amount = GpuRequestKind.FRACTION, amount.milli
+    if body.type is WorkloadType.INTERACTIVE and body.preemptible:
+        raise invalid(
+            "interactive workloads are never preempted: leave preemptible out or submit --type "
+            "train",
+            "preemptible",
+        )
+    row = WorkloadRow(
+        name=body.name,
+        project_id=project.id,
+        type=body.type.value,
+        status=WorkloadStatus.PENDING.value,
+        version=1,
+        gpu_kind=kind.value,
+        gpu_amount=gpu_amount,
+        gpu_limit_milli=body.gpu_limit_milli,
+        tasks=body.tasks,
+        min_available=body.min_available,
+        priority=body.priority,
+        preemptible=body.preemptible,
+        cpu_milli=body.cpu_milli,
+        memory_mib=body.memory_mib,
+        node_selector=body.node_selector,
+        command=body.command,
+        env=body.env,
+        duration_s=body.duration_s,
+        grace_period_s=body.grace_period_s,
+        submitted_by=who.name,
+        submitted_at=now_s,
+        pending_reason="waiting for the next scheduling cycle",
+        preemptions=0,
+    )
+    row.project = project
+    session.add(row)
+    session.flush()
+    add_event(session, now_s, "submitted", project.name, body.name, f"submitted by {who.name}")
+    return view(row, running_tasks=0)
+
+
+def add_event(
+    session: Session,
+    at_s: float,
+    kind: str,
+    project: str | None,
+    workload: str | None,
+    message: str,
+    node: str | None = None,
+) -> None:
+    session.execute(
+        insert(EventRow).values(
+            at=at_s, kind=kind, project=project, workload=workload, node=node, message=message
+        )
+    )
+
+
+def get_row(session: Session, project: str, name: str, who: Principal) -> WorkloadRow:
+    if not who.may_use(project):
+        raise not_found("workload", f"{project}/{name}", "check the name and --project")
+    row = session.execute(
+        select(WorkloadRow)
+        .join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
+        .where(ProjectRow.name == project, WorkloadRow.name == name)
+    ).scalar_one_or_none()
+    if row is None:
+        raise not_found(
+            "workload", f"{project}/{name}", "check the name and --project (gpupool list)"
+        )
+    return row
+
+
+def _running_counts(session: Session, ids: Sequence[int]) -> dict[int, int]:
+    if not ids:
+        return {}
+    rows = session.execute(
+        select(TaskRow.workload_id, func.count())
+        .where(TaskRow.workload_id.in_(ids), TaskRow.state == TaskState.RUNNING.value)
+        .group_by(TaskRow.workload_id)
+    ).all()
+    return {workload_id: count for workload_id, count in rows}
+
+
+def list_page(
+    session: Session,
+    who: Principal,
+    project: str | None,
+    status: WorkloadStatus | None,
+    type_: WorkloadType | None,
+    limit: int,
+    offset: int,
+) -> WorkloadPage:
+    query = select(WorkloadRow).join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
+    if project is not None:
+        if not who.may_use(project):
+            return WorkloadPage(items=[], total=0)
+        query = query.where(ProjectRow.name == project)
+    elif not who.is_admin:
+        query = query.where(ProjectRow.name.in_(sorted(who.project_names)))
+    if status is not None:
+        query = query.where(WorkloadRow.status == status.value)
+    if type_ is not None:
+        query = query.where(WorkloadRow.type == type_.value)
+    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    rows = session.scalars(query.order_by(WorkloadRow.id).limit(limit).offset(offset)).all()
+    counts = _running_counts(session, [row.id for row in rows])
+    return WorkloadPage(items=[view(row, counts.get(row.id, 0)) for row in rows], total=total)
+
+
+def detail(session: Session, row: WorkloadRow) -> WorkloadDetail:
+    tasks = session.scalars(
+        select(TaskRow).where(TaskRow.workload_id == row.id).order_by(TaskRow.id)
+    ).all()
+    events = session.scalars(
+        select(EventRow)
+        .where(EventRow.project == row.project.name, EventRow.workload == row.name)
+        .where(EventRow.at >= row.submitted_at)
+        .order_by(EventRow.id.desc())
+        .limit(200)
+    ).all()
+    running = sum(1 for task in tasks if task.state == TaskState.RUNNING.value)
+    base = view(row, running)
+    return WorkloadDetail(
+        **base.model_dump(),
+        task_list=[task_view(task) for task in tasks],
+        events=[event_view(event) for event in reversed(events)],
+    )
+
+
+def _bump(session: Session, row: WorkloadRow, status: WorkloadStatus, reason: str | None) -> None:
+    session.execute(
+        update(WorkloadRow)
+        .where(WorkloadRow.id == row.id)
+        .values(status=status.value, version=WorkloadRow.version + 1, pending_reason=reason)
+    )
+
+
+def stop_tasks(session: Session, workload_id: int, now_s: float, reason: str) -> int:
+    """Ask every live task of a workload to stop; returns how many."""
+    result = session.execute(
+        update(TaskRow)
+        .where(
+            TaskRow.workload_id == workload_id,
+            TaskRow.state.in_((TaskState.STARTING.value, TaskState.RUNNING.value)),
+        )
+        .values(state=TaskState.STOPPING.value, stop_requested_at=now_s, reason=reason)
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def suspend(session: Session, row: WorkloadRow, who: Principal, now_s: float) -> WorkloadOut:
+    if row.status not in (WorkloadStatus.PENDING.value, WorkloadStatus.RUNNING.value):
+        raise conflict(
+            f"workload {row.name!r} is {row.status}: only a pending or running workload "
+            "can be suspended"
+        )
+    stop_tasks(session, row.id, now_s, f"suspended by {who.name}")
+    _bump(session, row, WorkloadStatus.SUSPENDED, f"suspended by {who.name}")
+    add_event(session, now_s, "suspended", row.project.name, row.name, f"by {who.name}")
+    session.refresh(row)
+    return view(row, 0)
+
+
+def resume(session: Session, row: WorkloadRow, who: Principal, now_s: float) -> WorkloadOut:
+    if row.status != WorkloadStatus.SUSPENDED.value:
+        raise conflict(
+            f"workload {row.name!r} is {row.status}: only a suspended workload can be resumed"
+        )
+    _bump(session, row, WorkloadStatus.PENDING, "waiting for the next scheduling cycle")
+    add_event(session, now_s, "resumed", row.project.name, row.name, f"by {who.name}")
+    session.refresh(row)
+    return view(row, 0)
+
+
+def delete(session: Session, row: WorkloadRow, who: Principal, now_s: float) -> WorkloadOut:
+    """Stop the workload's tasks; the scheduling loop removes the row once they are gone."""
+    if row.status == WorkloadStatus.DELETING.value:
+        return view(row, 0)
+    stop_tasks(session, row.id, now_s, f"deleted by {who.name}")
+    _bump(session, row, WorkloadStatus.DELETING, None)
+    add_event(session, now_s, "deleting", row.project.name, row.name, f"by {who.name}")
+    session.refresh(row)
+    return view(row, 0)
+
+
+def events(
+    session: Session,
+    who: Principal,
+    project: str | None,
+    workload: str | None,
+    after_id: int,
+    limit: int,
+) -> list[EventOut]:
+    query = select(EventRow).where(EventRow.id > after_id)
+    if project is not None:
+        if not who.may_use(project):
+            return []
+        query = query.where(EventRow.project == project)
+    elif not who.is_admin:
+        query = query.where(EventRow.project.in_(sorted(who.project_names)))
+    if workload is not None:
+        query = query.where(EventRow.workload == workload)
+    rows = session.scalars(query.order_by(EventRow.id).limit(limit)).all()
+    return [event_view(row) for row in rows]
+
+
+def gpu_milli_per_task(row: WorkloadRow) -> int | None:
+    if row.gpu_kind == GpuRequestKind.WHOLE.value:
+        return row.gpu_amount * 1000
+    if row.gpu_kind == GpuRequestKind.FRACTION.value:
+        return row.gpu_amount
+    return None
+
+
+def view(row: WorkloadRow, running_tasks: int) -> WorkloadOut:
+    core_type = CoreType(row.type)
+    return WorkloadOut(
+        id=row.id,
+        name=row.name,
+        project=row.project.name,
+        type=WorkloadType(row.type),
+        status=WorkloadStatus(row.status),
+        gpu_kind=row.gpu_kind,
+        gpu_amount=row.gpu_amount,
+        gpu_limit_milli=row.gpu_limit_milli,
+        gpu_milli_per_task=gpu_milli_per_task(row),
+        tasks=row.tasks,
+        min_available=row.min_available,
+        priority=core_type.default_priority if row.priority is None else row.priority,
+        preemptible=core_type.default_preemptible if row.preemptible is None else row.preemptible,
+        cpu_milli=row.cpu_milli,
+        memory_mib=row.memory_mib,
+        command=row.command,
+        env=row.env,
+        duration_s=row.duration_s,
+        grace_period_s=row.grace_period_s,
+        submitted_by=row.submitted_by,
+        submitted_at=row.submitted_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        pending_reason=row.pending_reason,
+        preemptions=row.preemptions,
+        running_tasks=running_tasks,
+    )
+
+
+def task_view(row: TaskRow) -> TaskOut:
+    return TaskOut(
+        task_index=row.task_index,
+        launch_id=row.launch_id,
+        state=TaskState(row.state),
+        node=row.node,
+        devices=row.devices,
+        burst_device=row.burst_device,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        exit_code=row.exit_code,
+        reason=row.reason,
+    )
+
+
+def event_view(row: EventRow) -> EventOut:
+    return EventOut(
+        id=row.id,
+        at=row.at,
+        kind=row.kind,
+        project=row.project,
+        workload=row.workload,
+        node=row.node,
+        message=row.message,
+    )

@@ -1,0 +1,33 @@
+"""How a server instance is set up: where its data lives, which database, which executor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpupool.core.model import SchedulerSettings
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    data_dir: Path
+    """Holds the SQLite database, the first admin's token and executor state."""
+    database_url: str | None = None
+    """SQLAlchemy URL; None means SQLite at `data_dir/gpupool.db`."""
+    host: str = "127.0.0.1"
+    port: int = 8000
+    cycle_interval_s: float = 1.0
+    """Longest time between scheduling cycles; submissions and changes wake the loop sooner."""
+    min_cycle_gap_s: float = 0.05
+    """Shortest time between cycles, so a burst of submissions is scheduled in batches."""
+    simulated_nodes: str | None = "4x8"
+    """Nodes of the simulated executor (`NODESxGPUS[:MEMORY][:MODEL]`); None for none."""
+    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    run_scheduler: bool = True
+    """False serves the API only (tests of the API alone, read replicas)."""
+
+    @property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.data_dir / 'gpupool.db'}"

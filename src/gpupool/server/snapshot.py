@@ -1,0 +1,169 @@
+"""Database rows -> the core's `Snapshot`, read in one transaction with plain column queries.
+
+What goes in (the contract's view of a driver): ready nodes; every project and department;
+pending and running workloads with the tasks that are starting or running as their placements.
+Left out: workloads whose tasks are stopping after an eviction (they come back once stopped),
+suspended, completing, finished and deleting ones.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpupool.api.schemas import TaskState, WorkloadStatus
+from gpupool.core.model import (
+    GpuRequest,
+    GpuRequestKind,
+    Limits,
+    Node,
+    Project,
+    Resources,
+    SchedulerSettings,
+    Snapshot,
+    TaskPlacement,
+    Workload,
+    WorkloadType,
+)
+from gpupool.server.db import NodeRow, ProjectRow, TaskRow, WorkloadRow
+
+
+def core_name(project: str, workload: str) -> str:
+    """Workload names are unique per project; the core wants one namespace."""
+    return f"{project}/{workload}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadKey:
+    """Which row and which version of it a snapshot's workload came from."""
+
+    workload_id: int
+    version: int
+    project: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltSnapshot:
+    snapshot: Snapshot
+    keys: dict[str, WorkloadKey]
+    """Core workload name -> its row."""
+
+
+def build_snapshot(session: Session, now_s: float, settings: SchedulerSettings) -> BuiltSnapshot:
+    nodes = tuple(
+        Node(
+            name=row.name,
+            gpu_count=row.gpu_count,
+            gpu_memory_mib=row.gpu_memory_mib,
+            gpu_model=row.gpu_model,
+            cpu_milli=row.cpu_milli,
+            memory_mib=row.memory_mib,
+            labels=tuple(sorted(row.labels.items())),
+        )
+        for row in session.scalars(
+            select(NodeRow).where(NodeRow.state == "ready").order_by(NodeRow.name)
+        )
+    )
+    project_rows = session.scalars(select(ProjectRow).order_by(ProjectRow.id)).unique().all()
+    project_names = {row.id: row.name for row in project_rows}
+    projects = tuple(
+        Project(
+            name=row.name,
+            parent=project_names.get(row.parent_id) if row.parent_id is not None else None,
+            quota=Resources(row.quota_gpu_milli, row.quota_cpu_milli, row.quota_memory_mib),
+            over_quota_weight=row.over_quota_weight,
+            limit=Limits(row.limit_gpu_milli, row.limit_cpu_milli, row.limit_memory_mib),
+            priority=row.priority,
+            min_runtime_s=row.min_runtime_s,
+        )
+        for row in project_rows
+    )
+    live: dict[int, list[TaskPlacement]] = defaultdict(list)
+    stopping: set[int] = set()
+    for workload_id, task_index, node, devices, burst, state in session.execute(
+        select(
+            TaskRow.workload_id,
+            TaskRow.task_index,
+            TaskRow.node,
+            TaskRow.devices,
+            TaskRow.burst_device,
+            TaskRow.state,
+        ).where(
+            TaskRow.state.in_(
+                (TaskState.STARTING.value, TaskState.RUNNING.value, TaskState.STOPPING.value)
+            )
+        )
+    ):
+        if state == TaskState.STOPPING.value:
+            stopping.add(workload_id)
+        else:
+            live[workload_id].append(TaskPlacement(task_index, node, tuple(devices), burst))
+    workloads: list[Workload] = []
+    keys: dict[str, WorkloadKey] = {}
+    for row in session.execute(
+        select(
+            WorkloadRow.id,
+            WorkloadRow.version,
+            WorkloadRow.project_id,
+            WorkloadRow.name,
+            WorkloadRow.type,
+            WorkloadRow.status,
+            WorkloadRow.gpu_kind,
+            WorkloadRow.gpu_amount,
+            WorkloadRow.gpu_limit_milli,
+            WorkloadRow.tasks,
+            WorkloadRow.min_available,
+            WorkloadRow.priority,
+            WorkloadRow.preemptible,
+            WorkloadRow.cpu_milli,
+            WorkloadRow.memory_mib,
+            WorkloadRow.node_selector,
+            WorkloadRow.started_at,
+        )
+        .where(WorkloadRow.status.in_((WorkloadStatus.PENDING.value, WorkloadStatus.RUNNING.value)))
+        .order_by(WorkloadRow.id)
+    ):
+        placements = tuple(sorted(live.get(row.id, ()), key=lambda p: p.task_index))
+        if not placements and row.id in stopping:
+            continue
+        project = project_names[row.project_id]
+        name = core_name(project, row.name)
+        keys[name] = WorkloadKey(row.id, row.version, project, row.name)
+        workloads.append(
+            Workload(
+                name=name,
+                project=project,
+                type=WorkloadType(row.type),
+                gpu=gpu_request(row.gpu_kind, row.gpu_amount, row.gpu_limit_milli),
+                tasks=row.tasks,
+                min_available=row.min_available,
+                priority=row.priority,
+                preemptible=row.preemptible,
+                cpu_milli=row.cpu_milli,
+                memory_mib=row.memory_mib,
+                node_selector=tuple(
+                    (key, tuple(values)) for key, values in sorted(row.node_selector.items())
+                ),
+                submit_seq=row.id,
+                started_at_s=(
+                    int(row.started_at) if placements and row.started_at is not None else None
+                ),
+                placements=placements,
+            )
+        )
+    return BuiltSnapshot(
+        Snapshot(nodes, projects, tuple(workloads), now_s=int(now_s), settings=settings), keys
+    )
+
+
+def gpu_request(kind: str, amount: int, limit_milli: int | None) -> GpuRequest:
+    request_kind = GpuRequestKind(kind)
+    if request_kind is GpuRequestKind.WHOLE:
+        return GpuRequest.whole(amount)
+    if request_kind is GpuRequestKind.FRACTION:
+        return GpuRequest.fraction(amount, limit_milli)
+    return GpuRequest.memory(amount)

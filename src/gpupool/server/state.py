@@ -1,0 +1,66 @@
+"""What one running server holds: database, executor, scheduling loop, caches. Built by
+`gpupool.server.app.create_app` and reached by the routers through FastAPI dependencies."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpupool.clock import Clock
+from gpupool.executors.base import Executor
+from gpupool.server.auth import Principal, TokenCache
+from gpupool.server.metrics import ServerMetrics
+from gpupool.server.scheduler import SchedulingLoop
+from gpupool.server.settings import ServerSettings
+
+
+@dataclass(slots=True)
+class ServerState:
+    settings: ServerSettings
+    engine: Engine
+    writer: sessionmaker[Session]
+    reader: sessionmaker[Session]
+    executor: Executor
+    clock: Clock
+    metrics: ServerMetrics
+    loop: SchedulingLoop
+    tokens: TokenCache
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A write transaction; commits on success. The loop is woken afterwards."""
+        with self.writer.begin() as session:
+            yield session
+        self.loop.wake()
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        with self.reader() as session, session.begin():
+            yield session
+
+
+def get_state(request: Request) -> ServerState:
+    state: ServerState = request.app.state.gpupool
+    return state
+
+
+State = Annotated[ServerState, Depends(get_state)]
+
+
+def get_principal(state: State, authorization: Annotated[str | None, Header()] = None) -> Principal:
+    token = None
+    if authorization:
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() == "bearer":
+            token = value.strip()
+    with state.read() as session:
+        return state.tokens.authenticate(session, token)
+
+
+Caller = Annotated[Principal, Depends(get_principal)]

@@ -1,0 +1,171 @@
+"""The whole flow through the real server: submit -> scheduled by the core -> run on the
+simulated nodes -> completed; suspend, resume, delete; reclaim between projects; access."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from liveserver import LiveServer, wait_for
+
+
+def _workload(http: httpx.Client, project: str, name: str) -> dict[str, Any]:
+    response = http.get(f"/api/v1/workloads/{project}/{name}")
+    assert response.status_code == 200, response.text
+    data: dict[str, Any] = response.json()
+    return data
+
+
+def _status_is(http: httpx.Client, project: str, name: str, status: str) -> bool:
+    return _workload(http, project, name)["status"] == status
+
+
+def _project(http: httpx.Client, name: str, quota_gpu: float, **extra: Any) -> None:
+    body = {"name": name, "quota": {"gpu": quota_gpu}, **extra}
+    response = http.post("/api/v1/projects", json=body)
+    assert response.status_code == 201, response.text
+
+
+def _submit(http: httpx.Client, project: str, name: str, **fields: Any) -> None:
+    body = {"name": name, "project": project, **fields}
+    response = http.post("/api/v1/workloads", json=body)
+    assert response.status_code == 201, response.text
+
+
+def test_workload_runs_and_completes_with_history(live_server: LiveServer) -> None:
+    with live_server.client() as http:
+        _project(http, "team-a", 4)
+        _submit(http, "team-a", "train-1", gpu=1, tasks=2, duration_s=0.5)
+        wait_for(lambda: _status_is(http, "team-a", "train-1", "completed"), what="completion")
+        detail = _workload(http, "team-a", "train-1")
+        assert [task["state"] for task in detail["task_list"]] == ["done", "done"]
+        assert {task["exit_code"] for task in detail["task_list"]} == {0}
+        kinds = [event["kind"] for event in detail["events"]]
+        assert kinds == ["submitted", "bound", "completed"]
+        log = http.get("/api/v1/workloads/team-a/train-1/logs", params={"task": 1}).json()
+        assert "started on sim-" in log["text"] and "finished: exit code 0" in log["text"]
+
+
+def test_pending_reason_says_why(live_server: LiveServer) -> None:
+    with live_server.client() as http:
+        _project(http, "team-a", 4)
+        _submit(http, "team-a", "too-big", gpu=8)
+        wait_for(
+            lambda: (
+                "the largest node has 4"
+                in (_workload(http, "team-a", "too-big")["pending_reason"] or "")
+            ),
+            what="a pending reason",
+        )
+        top = http.get("/api/v1/top").json()
+        assert top["capacity_gpu_milli"] == 8000
+        assert top["last_cycle_ms"] is not None
+
+
+def test_suspend_resume_delete(live_server: LiveServer) -> None:
+    with live_server.client() as http:
+        _project(http, "team-a", 4)
+        _submit(http, "team-a", "nb", type="interactive", gpu=0.5)
+        wait_for(lambda: _status_is(http, "team-a", "nb", "running"), what="running")
+        assert http.post("/api/v1/workloads/team-a/nb/suspend").json()["status"] == "suspended"
+        wait_for(
+            lambda: _workload(http, "team-a", "nb")["task_list"][0]["state"] == "done",
+            what="the task to stop",
+        )
+        again = http.post("/api/v1/workloads/team-a/nb/suspend")
+        assert again.status_code == 409 and "suspended" in again.json()["detail"]
+        assert http.post("/api/v1/workloads/team-a/nb/resume").json()["status"] == "pending"
+        wait_for(lambda: _status_is(http, "team-a", "nb", "running"), what="running again")
+        assert http.delete("/api/v1/workloads/team-a/nb").json()["status"] == "deleting"
+        wait_for(
+            lambda: http.get("/api/v1/workloads/team-a/nb").status_code == 404,
+            what="the row to go",
+        )
+        events = http.get("/api/v1/events", params={"project": "team-a", "workload": "nb"})
+        kinds = [event["kind"] for event in events.json()]
+        assert kinds[-2:] == ["deleting", "deleted"] and "suspended" in kinds
+
+
+def test_over_quota_work_is_reclaimed_and_resumes_by_itself(live_server: LiveServer) -> None:
+    """G4 through the service: team-a borrows idle GPUs, team-b takes its quota back, team-a's
+    preempted work runs again once team-b is done."""
+    with live_server.client() as http:
+        _project(http, "team-a", 2)
+        _project(http, "team-b", 6)
+        for index in range(8):
+            _submit(http, "team-a", f"a{index}", gpu=1)
+        wait_for(
+            lambda: http.get("/api/v1/top").json()["allocated_gpu_milli"] == 8000,
+            what="team-a to fill the cluster",
+        )
+        for index in range(6):
+            _submit(http, "team-b", f"b{index}", gpu=1, duration_s=1)
+
+        def team_b_running() -> bool:
+            page = http.get("/api/v1/workloads", params={"project": "team-b"}).json()
+            return sum(w["status"] in ("running", "completed") for w in page["items"]) == 6
+
+        wait_for(team_b_running, what="team-b to get its quota")
+        page = http.get("/api/v1/workloads", params={"project": "team-a"}).json()
+        preempted = [w for w in page["items"] if w["preemptions"] == 1]
+        assert len(preempted) == 6
+        assert any("preempted (reclaim)" in (w["pending_reason"] or "") for w in preempted)
+
+        def team_a_back() -> bool:
+            items = http.get("/api/v1/workloads", params={"project": "team-a"}).json()["items"]
+            return all(w["status"] == "running" for w in items)
+
+        wait_for(team_a_back, timeout_s=20, what="team-a's work to resume")
+        projects = {p["name"]: p for p in http.get("/api/v1/projects").json()}
+        assert projects["team-a"]["holding"]["gpu_milli"] == 8000
+        metrics = http.get("/metrics").text
+        assert 'gpupool_decisions_total{kind="evict"} 6.0' in metrics
+        assert 'gpupool_project_fair_share_gpu{project="team-a"}' in metrics
+        assert "gpupool_cycle_duration_seconds_count" in metrics
+
+
+def test_researchers_see_only_their_projects(live_server: LiveServer) -> None:
+    with live_server.client() as admin:
+        _project(admin, "alpha", 2)
+        _project(admin, "beta", 2)
+        _submit(admin, "beta", "secret", gpu=1)
+        created = admin.post(
+            "/api/v1/users", json={"name": "rita", "role": "researcher", "projects": ["alpha"]}
+        )
+        assert created.status_code == 201, created.text
+        token = admin.post("/api/v1/users/rita/tokens", json={}).json()["token"]
+    with live_server.client(token) as rita:
+        assert rita.get("/api/v1/whoami").json() == {
+            "name": "rita",
+            "role": "researcher",
+            "projects": ["alpha"],
+        }
+        _submit(rita, "alpha", "mine", gpu=0.5)
+        refused = rita.post("/api/v1/workloads", json={"name": "x", "project": "beta", "gpu": 1})
+        assert refused.status_code == 403 and "not a member" in refused.json()["detail"]
+        assert rita.get("/api/v1/workloads/beta/secret").status_code == 404
+        listed = rita.get("/api/v1/workloads").json()
+        assert [w["name"] for w in listed["items"]] == ["mine"]
+        assert [p["name"] for p in rita.get("/api/v1/projects").json()] == ["alpha"]
+        assert rita.post("/api/v1/projects", json={"name": "mine2"}).status_code == 403
+        assert rita.get("/api/v1/users").status_code == 403
+    with httpx.Client(base_url=live_server.url) as anonymous:
+        assert anonymous.get("/health").status_code == 200
+        assert anonymous.get("/api/v1/workloads").status_code == 401
+        assert anonymous.get("/metrics").status_code == 401
+        bad = anonymous.get("/api/v1/nodes", headers={"Authorization": "Bearer gp_nope"})
+        assert bad.status_code == 401 and "not recognised" in bad.json()["detail"]
+
+
+def test_project_with_work_cannot_be_deleted(live_server: LiveServer) -> None:
+    with live_server.client() as http:
+        _project(http, "team-a", 1)
+        _submit(http, "team-a", "job", gpu=1)
+        refused = http.delete("/api/v1/projects/team-a")
+        assert refused.status_code == 409 and "delete them first" in refused.json()["detail"]
+        http.delete("/api/v1/workloads/team-a/job")
+        wait_for(
+            lambda: http.delete("/api/v1/projects/team-a").status_code == 204,
+            what="the project to be deletable",
+        )
