@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Self
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Self
 
 from pydantic import (
     BaseModel,
@@ -437,3 +438,15 @@ class ErrorOut(_Out):
 class Health(_Out):
     status: str
     version: str
+
+
+def validation_error_out(items: Iterable[Mapping[str, Any]]) -> ErrorOut:
+    """Pydantic's errors as the API's 422 body: one `field: message` per problem. The server
+    answers with it and the CLI builds the same text when it checks input before sending."""
+    details = []
+    for item in items:
+        location = [str(part) for part in item.get("loc", ()) if part != "body"]
+        message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+        details.append(ErrorDetail(field=".".join(location) or None, message=message))
+    summary = "; ".join(f"{d.field}: {d.message}" if d.field else d.message for d in details)
+    return ErrorOut(detail=f"invalid request: {summary}", errors=details)

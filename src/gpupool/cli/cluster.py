@@ -53,6 +53,7 @@ from gpupool.api.schemas import (
     WorkloadPage,
     WorkloadStatus,
     WorkloadType,
+    validation_error_out,
 )
 from gpupool.client.config import (
     ENV_OVERRIDES,
@@ -116,15 +117,8 @@ def fail(
 
 def invalid_request(error: ValidationError) -> ApiError:
     """The server's 422 answer to the same input, so local checks read the same."""
-    errors = [
-        ErrorDetail(
-            field=".".join(str(part) for part in item["loc"]) or None,
-            message=item["msg"].removeprefix("Value error, "),
-        )
-        for item in error.errors()
-    ]
-    summary = "; ".join(f"{e.field}: {e.message}" if e.field else e.message for e in errors)
-    return ApiError(422, f"invalid request: {summary}", errors)
+    body = validation_error_out(error.errors())
+    return ApiError(422, body.detail, body.errors)
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
 
 import gpupool
-from gpupool.api.schemas import ErrorDetail, ErrorOut
+from gpupool.api.schemas import ErrorDetail, ErrorOut, validation_error_out
 from gpupool.clock import Clock, SystemClock
 from gpupool.executors.base import Executor
 from gpupool.executors.simulated import SimulatedExecutor, parse_simulated_nodes
@@ -115,13 +115,7 @@ def _error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:
-        details = []
-        for item in error.errors():
-            location = [str(part) for part in item.get("loc", ()) if part != "body"]
-            message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
-            details.append(ErrorDetail(field=".".join(location) or None, message=message))
-        summary = "; ".join(f"{d.field}: {d.message}" if d.field else d.message for d in details)
-        body = ErrorOut(detail=f"invalid request: {summary}", errors=details)
+        body = validation_error_out(error.errors())
         return JSONResponse(body.model_dump(), status_code=422)
 
     @app.exception_handler(IntegrityError)
