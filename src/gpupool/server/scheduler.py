@@ -347,9 +347,7 @@ class SchedulingLoop:
                     select(WorkloadRow.id, WorkloadRow.version).where(
                         WorkloadRow.id.in_([built.keys[name].workload_id for name in touched])
                     )
-                )
-                .tuples()
-                .all()
+                ).all()
             )
             fresh = {
                 name
@@ -474,9 +472,7 @@ class SchedulingLoop:
                         WorkloadRow.id.in_(chunk),
                         WorkloadRow.status == WorkloadStatus.PENDING.value,
                     )
-                )
-                .tuples()
-                .all()
+                ).all()
             )
         changes = [
             {"workload_id": built.keys[name].workload_id, "reason": reason}

@@ -52,9 +52,7 @@ def set_projects(session: Session, row: UserRow, names: list[str]) -> UserOut:
             select(ProjectRow.name, ProjectRow.id).where(
                 ProjectRow.name.in_(names), ProjectRow.is_department.is_(False)
             )
-        )
-        .tuples()
-        .all()
+        ).all()
     )
     missing = sorted(set(names) - set(found))
     if missing:
