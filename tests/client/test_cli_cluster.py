@@ -540,3 +540,18 @@ def test_ctrl_c_while_following_logs_exits_130_quietly(
     assert f"simulated task {name}/0 started" in result.stdout
     assert result.stderr == ""
     assert admin("delete", name, "-p", project).exit_code == 0
+
+
+def test_the_cli_starts_without_loading_the_server_or_plotting() -> None:
+    """Every `gpupool list` pays the import time: FastAPI, SQLAlchemy and matplotlib load only
+    in the commands that need them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, gpupool.cli.main; "
+        "print(sorted(m for m in ('fastapi', 'sqlalchemy', 'matplotlib', 'uvicorn') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

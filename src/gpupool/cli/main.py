@@ -21,7 +21,6 @@ from gpupool.sim.compare import compare_policies, format_duration_s, summary_jso
 from gpupool.sim.console import print_summary
 from gpupool.sim.engine import EngineSettings, ProgressFunction
 from gpupool.sim.errors import SimInputError, SimulationError
-from gpupool.sim.report import render_html
 from gpupool.sim.synthetic import WEEK_S, generate
 from gpupool.sim.workload import load_workloads
 from gpupool.whatif.loader import ScenarioError, load_scenario
@@ -231,6 +230,8 @@ def simulate(
             )
     except SimulationError as error:
         fail(f"the scheduler did something the simulator cannot carry out (a bug): {error}", 3)
+    from gpupool.sim.report import render_html  # matplotlib loads only for this command
+
     page = render_html(comparison)
     summary = json.dumps(summary_json(comparison), indent=2)
     outputs = {out: page}

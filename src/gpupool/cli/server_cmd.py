@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from gpupool.core.model import SchedulerSettings
-from gpupool.server.serve import serve
 from gpupool.server.settings import ServerSettings
 
 
@@ -40,6 +39,8 @@ def server(
     access_log: Annotated[bool, typer.Option(help="Log every request.")] = False,
 ) -> None:
     """Run the control-plane service: API, database and scheduling loop."""
+    from gpupool.server.serve import serve  # FastAPI and SQLAlchemy load only for this command
+
     try:
         settings = ServerSettings(
             data_dir=data_dir.resolve(),
