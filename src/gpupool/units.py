@@ -27,6 +27,11 @@ __all__ = [
 
 _MILLI = Decimal(MILLI_PER_GPU)
 
+MAX_AMOUNT = 2**31 - 1
+"""The largest amount in milli-GPU or MiB: what the service's database stores (32-bit integer
+columns on PostgreSQL). Larger ones are refused here, with a message, rather than by the
+database with an error."""
+
 
 @dataclass(frozen=True, slots=True)
 class GpuAmount:
@@ -122,6 +127,11 @@ def parse_gpu(value: object) -> GpuAmount:
                 f"either whole GPUs or a fraction of one: use gpu: {low} or gpu: {low + 1}, "
                 "or split into tasks"
             )
+        if number * _MILLI > MAX_AMOUNT:
+            raise ValueError(
+                f"gpu must be at most {MAX_AMOUNT // MILLI_PER_GPU} devices per task "
+                f"(got {_plain(number)})"
+            )
         return GpuAmount.whole(int(number))
     return GpuAmount.fraction(_milli_exact(number, "a fractional gpu"))
 
@@ -153,6 +163,10 @@ def parse_gpu_quota(value: object) -> int:
     number = _to_decimal(value, "gpu", "4 or 2.5")
     if number < 0:
         raise ValueError(f"gpu must be 0 or more (got {_plain(number)})")
+    if number * _MILLI > MAX_AMOUNT:
+        raise ValueError(
+            f"gpu must be at most {format_gpu_milli(MAX_AMOUNT)} (got {_plain(number)})"
+        )
     return _milli_exact(number, "gpu")
 
 
@@ -186,5 +200,9 @@ def parse_memory_mib(value: object) -> int:
         raise ValueError(
             f"memory must be a positive whole number of MiB (got {_show(value)}): "
             "write 8G, 1.5G or 512M"
+        )
+    if mib > MAX_AMOUNT:
+        raise ValueError(
+            f"memory must be at most {MAX_AMOUNT} MiB, about 2048T (got {_show(value)})"
         )
     return int(mib)

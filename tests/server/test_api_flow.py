@@ -110,7 +110,10 @@ def test_over_quota_work_is_reclaimed_and_resumes_by_itself(live_server: LiveSer
         page = http.get("/api/v1/workloads", params={"project": "team-a"}).json()
         preempted = [w for w in page["items"] if w["preemptions"] == 1]
         assert len(preempted) == 6
-        assert any("preempted (reclaim)" in (w["pending_reason"] or "") for w in preempted)
+        events = http.get("/api/v1/events", params={"project": "team-a"}).json()
+        evictions = [e for e in events if e["kind"] == "evicted"]
+        assert len(evictions) == 6
+        assert all("reclaimed for team-b/" in e["message"] for e in evictions)
 
         def team_a_back() -> bool:
             items = http.get("/api/v1/workloads", params={"project": "team-a"}).json()["items"]

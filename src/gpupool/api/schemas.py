@@ -191,6 +191,9 @@ class DeviceOut(_Out):
     memory_mib: int
     allocated_milli: int = 0
     workloads: list[str] = []
+    utilization_percent: int | None = None
+    """Average over the last 5 minutes; null without samples."""
+    memory_used_mib: int | None = None
 
 
 class NodeOut(_Out):
@@ -229,6 +232,9 @@ class WorkloadIn(_In):
     duration_s: Annotated[float, Field(gt=0, le=10**9)] | None = None
     """Simulated executor only: how long each task 'runs'. Real executors ignore it."""
     grace_period_s: Annotated[int, Field(ge=0, le=86_400)] = 30
+    working_dir: Annotated[str, Field(max_length=1024)] | None = None
+    """Local executor: where the command runs (the CLI sends its current directory); default
+    the workload's checkpoint directory."""
 
     @field_validator("gpu")
     @classmethod
@@ -352,6 +358,7 @@ class WorkloadOut(_Out):
     pending_reason: str | None
     preemptions: int
     running_tasks: int
+    working_dir: str | None = None
 
 
 class WorkloadDetail(WorkloadOut):
@@ -406,6 +413,8 @@ class ProjectTop(_Out):
     requested_gpu_milli: int
     running: int
     pending: int
+    utilized_gpu_milli: int | None = None
+    """GPU in use over the last 5 minutes (utilization x allocation); null without samples."""
 
 
 class NodeTop(_Out):
@@ -423,6 +432,25 @@ class TopOut(_Out):
     nodes: list[NodeTop]
     last_cycle_at: float | None
     last_cycle_ms: float | None
+
+
+class UsagePoint(_Out):
+    """Allocation and use of one device, project or workload over one time bucket."""
+
+    key: str
+    """`node/device`, `project` or `project/workload`."""
+    bucket_start: float
+    allocated_gpu_milli: int
+    utilized_gpu_milli: int
+    memory_used_max_mib: int | None
+
+
+class UsageOut(_Out):
+    by: str
+    bucket_s: int
+    points: list[UsagePoint]
+    summary: list[UsagePoint]
+    """One per key: averages over the whole range (`bucket_start` is the range's start)."""
 
 
 class ErrorDetail(_Out):

@@ -45,6 +45,7 @@ from gpupool.api.schemas import (
     ProjectPatch,
     Role,
     TopOut,
+    UsageOut,
     UserIn,
     UserOut,
     WorkloadDetail,
@@ -306,6 +307,12 @@ def describe_view(w: WorkloadDetail) -> Group:
     return Group(facts, "", tasks if w.task_list else "[bold]Tasks[/]: none placed yet", events)
 
 
+class UsageBy(enum.StrEnum):
+    PROJECT = "project"
+    WORKLOAD = "workload"
+    DEVICE = "device"
+
+
 def top_view(top: TopOut) -> Group:
     share = 100 * top.allocated_gpu_milli / top.capacity_gpu_milli if top.capacity_gpu_milli else 0
     cycle = "no scheduling cycle yet"
@@ -316,7 +323,8 @@ def top_view(top: TopOut) -> Group:
         f"allocated ({share:.0f}%)[/]; {cycle}"
     )
     projects = table(
-        "PROJECT", "QUOTA>", "FAIR SHARE>", "ALLOCATED>", "REQUESTED>", "RUNNING>", "PENDING>",
+        "PROJECT", "QUOTA>", "FAIR SHARE>", "ALLOCATED>", "UTILIZED 5m>", "REQUESTED>",
+        "RUNNING>", "PENDING>",
         title="By project (GPUs)",
     )  # fmt: skip
     for p in top.projects:
@@ -325,13 +333,21 @@ def top_view(top: TopOut) -> Group:
             gpus(p.quota_gpu_milli),
             gpus(p.fair_share_gpu_milli),
             gpus(p.allocated_gpu_milli),
+            gpus(p.utilized_gpu_milli),
             gpus(p.requested_gpu_milli),
             str(p.running),
             str(p.pending),
         )
-    nodes = table("NODE", "GPUS>", "ALLOCATED>", "DEVICES (index:allocated)", title="By node")
+    nodes = table(
+        "NODE", "GPUS>", "ALLOCATED>", "DEVICES (index:allocated, utilization 5m)",
+        title="By node",
+    )  # fmt: skip
     for n in top.nodes:
-        devices = " ".join(f"{d.index}:{gpus(d.allocated_milli)}" for d in n.devices)
+        devices = " ".join(
+            f"{d.index}:{gpus(d.allocated_milli)}"
+            + (f",{d.utilization_percent}%" if d.utilization_percent is not None else "")
+            for d in n.devices
+        )
         nodes.add_row(n.name, str(n.gpu_count), gpus(n.allocated_gpu_milli), devices)
     return Group(header, projects, nodes)
 
@@ -500,7 +516,13 @@ def submit(
     }
     given = {key: value for key, value in fields.items() if value is not None}
     with handled():
-        base = {"name": name, "project": chosen, "type": type_, "env": variables}
+        base = {
+            "name": name,
+            "project": chosen,
+            "type": type_,
+            "env": variables,
+            "working_dir": os.getcwd(),
+        }
         spec = WorkloadIn.model_validate(base | {"command": command or []} | given)
     with connect() as client:
         workload = client.submit(spec)
@@ -639,6 +661,36 @@ def top(
                 while True:
                     time.sleep(watch_s)
                     live.update(top_view(client.top()), refresh=True)
+
+
+def usage(
+    by: Annotated[
+        UsageBy, typer.Option(help="Group by project, workload or device.")
+    ] = UsageBy.PROJECT,
+    minutes: Annotated[int, typer.Option(min=1, help="How far back.")] = 60,
+    json_output: JsonOption = False,
+) -> None:
+    """Allocated vs utilized GPU, averaged over the last MINUTES: the number to improve."""
+    with connect() as client:
+        report = client.usage(by=by.value, minutes=minutes, bucket_s=60)
+    show(report, json_output, lambda: usage_view(report, minutes))
+
+
+def usage_view(report: UsageOut, minutes: int) -> Table:
+    view = table(
+        report.by.upper(), "ALLOCATED>", "UTILIZED>", "UTILIZED / ALLOCATED>",
+        title=f"GPU allocated and utilized, average over the last {minutes} min",
+    )  # fmt: skip
+    for point in report.summary:
+        ratio = (
+            f"{100 * point.utilized_gpu_milli / point.allocated_gpu_milli:.0f}%"
+            if point.allocated_gpu_milli
+            else "-"
+        )
+        view.add_row(
+            point.key, gpus(point.allocated_gpu_milli), gpus(point.utilized_gpu_milli), ratio
+        )
+    return view
 
 
 # -- admin --------------------------------------------------------------------------------------
@@ -829,6 +881,7 @@ def register(app: typer.Typer) -> None:
     app.command("projects", rich_help_panel=panel)(projects)
     app.command("nodes", rich_help_panel=panel)(nodes)
     app.command("top", rich_help_panel=panel)(top)
+    app.command("usage", rich_help_panel=panel)(usage)
     admin = "Cluster admin"
     app.add_typer(project_app, name="project", rich_help_panel=admin)
     app.add_typer(department_app, name="department", rich_help_panel=admin)

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 from gpupool.cli.bench import bench_app
 from gpupool.cli.cluster import register as register_cluster_commands
 from gpupool.cli.server_cmd import register as register_server
+from gpupool.cli.up import register as register_up
 from gpupool.sim.cluster import Policy, default_cluster, load_cluster
 from gpupool.sim.compare import compare_policies, format_duration_s, summary_json
 from gpupool.sim.console import print_summary
@@ -267,3 +268,4 @@ def _write_all(outputs: dict[Path, str]) -> None:
 
 
 register_server(app)
+register_up(app)

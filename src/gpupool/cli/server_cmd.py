@@ -24,6 +24,21 @@ def server(
     ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    executor: Annotated[
+        str,
+        typer.Option(help="simulated (declared nodes; tasks only pretend) or local (processes)."),
+    ] = "simulated",
+    fake_gpus: Annotated[
+        str | None,
+        typer.Option(help="Local executor: declare devices (4x80G) instead of using NVML."),
+    ] = None,
+    stop_tasks_on_exit: Annotated[
+        bool,
+        typer.Option(
+            help="On SIGTERM stop every task (gpupool down); by default they keep running and "
+            "the next start adopts them."
+        ),
+    ] = False,
     simulated_nodes: Annotated[
         str,
         typer.Option(
@@ -48,7 +63,10 @@ def server(
             host=host,
             port=port,
             cycle_interval_s=cycle_interval,
+            executor=executor,
             simulated_nodes=simulated_nodes,
+            fake_gpus=fake_gpus,
+            stop_tasks_on_shutdown=stop_tasks_on_exit,
             scheduler=SchedulerSettings(max_reclaim_attempts_per_cycle=max_reclaims_per_cycle),
         )
         serve(settings, access_log=access_log)

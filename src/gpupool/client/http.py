@@ -30,6 +30,7 @@ from gpupool.api.schemas import (
     TokenIn,
     TokenOut,
     TopOut,
+    UsageOut,
     UserIn,
     UserOut,
     WorkloadDetail,
@@ -238,6 +239,10 @@ class GpupoolClient:
         return self._many(EventOut, self._request("GET", "/api/v1/events", params=params))
 
     # -- departments and projects -----------------------------------------------------------
+
+    def usage(self, by: str = "project", minutes: int = 60, bucket_s: int = 300) -> UsageOut:
+        params: Params = {"by": by, "minutes": minutes, "bucket_s": bucket_s}
+        return self._get(UsageOut, "/api/v1/usage", params)
 
     def departments(self) -> list[ProjectOut]:
         return self._many(ProjectOut, self._request("GET", "/api/v1/departments"))

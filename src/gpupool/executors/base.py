@@ -6,7 +6,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["DeviceInfo", "Executor", "Exit", "Launch", "NodeInventory", "Stop"]
+__all__ = [
+    "DeviceInfo",
+    "Executor",
+    "Exit",
+    "Launch",
+    "NodeInventory",
+    "Stop",
+    "UsageSample",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +61,15 @@ class Launch:
     gpu_milli: int
     """Charge per device for a shared task (fraction of a device); 1000 for whole devices."""
     gpu_memory_mib: int
-    """Memory per device the task may use."""
+    """Memory per device the task is given (its request)."""
     command: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     grace_period_s: int = 30
     duration_s: float | None = None
     """Simulated executors: how long the task 'runs'. Real executors run the command."""
+    burst_memory_mib: int | None = None
+    """Dynamic fraction: memory per device it may use while the device has it free."""
+    working_dir: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +88,17 @@ class Exit:
     finished_at_s: float
     reason: str
     stopped: bool
+
+
+@dataclass(frozen=True, slots=True)
+class UsageSample:
+    """One device's measured use at one moment (NVML, or declared devices' reports)."""
+
+    at_s: float
+    node: str
+    device_index: int
+    utilization_percent: int
+    memory_used_mib: int
 
 
 class Executor(Protocol):
@@ -113,4 +135,14 @@ class Executor(Protocol):
         """Up to `limit` bytes of the launch's log from `offset`, and whether it has ended."""
         ...
 
-    def close(self) -> None: ...
+    def usage_samples(self) -> Sequence[UsageSample]:
+        """Device samples taken since the last call (the executor samples every few seconds)."""
+        ...
+
+    def stop_all(self, timeout_s: float) -> None:
+        """Stop every task and wait (at most about `timeout_s`) until they are gone."""
+        ...
+
+    def close(self) -> None:
+        """Release files and handles; tasks keep running (a new executor adopts them)."""
+        ...

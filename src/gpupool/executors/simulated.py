@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.clock import Clock
-from gpupool.executors.base import DeviceInfo, Exit, Launch, NodeInventory, Stop
+from gpupool.executors.base import DeviceInfo, Exit, Launch, NodeInventory, Stop, UsageSample
 from gpupool.units import parse_memory_mib
 
 __all__ = ["SimulatedExecutor", "parse_simulated_nodes"]
@@ -140,6 +140,19 @@ class SimulatedExecutor:
             data = "".join(run.log).encode()
             return data[offset : offset + limit], run.ended is not None
 
+    def usage_samples(self) -> Sequence[UsageSample]:
+        """Simulated tasks use nothing measurable."""
+        return ()
+
+    def stop_all(self, timeout_s: float) -> None:
+        self.stop(
+            [
+                Stop(launch_id, 0, "the server is shutting down")
+                for launch_id, run in self._runs.items()
+                if run.ended is None
+            ]
+        )
+
     def close(self) -> None:
         with self._lock:
             if self._journal is not None:
@@ -188,7 +201,15 @@ class SimulatedExecutor:
     def _replay(self, path: Path) -> None:
         if not path.exists():
             return
-        for line in path.read_text(encoding="utf-8").splitlines():
+        data = path.read_bytes()
+        whole = data[: data.rfind(b"\n") + 1]
+        if len(whole) < len(data):
+            # The last write was cut short by a crash: drop it, or the next record appended
+            # would be glued to it and lost at the next replay (a launch started twice).
+            with path.open("r+b") as journal:
+                journal.truncate(len(whole))
+                os.fsync(journal.fileno())
+        for line in whole.decode("utf-8").splitlines():
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:

@@ -15,6 +15,8 @@ import gpupool
 from gpupool.api.schemas import ErrorDetail, ErrorOut, validation_error_out
 from gpupool.clock import Clock, SystemClock
 from gpupool.executors.base import Executor
+from gpupool.executors.gpus import open_backend
+from gpupool.executors.local import LocalExecutor
 from gpupool.executors.simulated import SimulatedExecutor, parse_simulated_nodes
 from gpupool.server import migrate
 from gpupool.server.auth import TokenCache
@@ -34,10 +36,27 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def default_executor(settings: ServerSettings, clock: Clock) -> Executor:
-    nodes = parse_simulated_nodes(settings.simulated_nodes or "0x0")
+def default_executor(settings: ServerSettings, clock: Clock, announce: Announce) -> Executor:
+    """The executor `settings` ask for; `ValueError` with the fix for a bad choice."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    return SimulatedExecutor(nodes, clock, journal_path=settings.data_dir / "simulated.jsonl")
+    if settings.executor == "simulated":
+        nodes = parse_simulated_nodes(settings.simulated_nodes or "0x0")
+        return SimulatedExecutor(nodes, clock, journal_path=settings.data_dir / "simulated.jsonl")
+    if settings.executor == "local":
+        report_dir = settings.data_dir / "gpu-reports" if settings.fake_gpus else None
+        if report_dir is not None:
+            report_dir.mkdir(parents=True, exist_ok=True)
+        backend, note = open_backend(settings.fake_gpus, report_dir)
+        if note is not None:
+            announce(
+                f"gpupool: no NVIDIA GPU found ({note}); running with no GPUs: "
+                "use --fake-gpus 4x80G to declare some"
+            )
+        return LocalExecutor(settings.data_dir, backend, clock)
+    raise ValueError(
+        f"executor {settings.executor!r} is not known: use local (processes on this machine) "
+        "or simulated (declared nodes)"
+    )
 
 
 def create_app(
@@ -51,7 +70,7 @@ def create_app(
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.effective_database_url)
     writer, reader = make_sessionmakers(engine)
-    executor = executor or default_executor(settings, clock)
+    executor = executor or default_executor(settings, clock, announce)
     metrics = ServerMetrics()
 
     def report(error: BaseException) -> None:
@@ -88,6 +107,9 @@ def create_app(
             yield
         finally:
             loop.stop()
+            if settings.stop_tasks_on_shutdown:
+                executor.stop_all(timeout_s=30)
+                loop.collect_exits()
             executor.close()
             engine.dispose()
 

@@ -157,6 +157,7 @@ class WorkloadRow(Base):
     finished_at: Mapped[float | None] = mapped_column(Float)
     pending_reason: Mapped[str | None] = mapped_column(Text)
     preemptions: Mapped[int] = mapped_column(Integer)
+    working_dir: Mapped[str | None] = mapped_column(String(1024))
 
     project: Mapped[ProjectRow] = relationship(lazy="joined")
 
@@ -199,6 +200,33 @@ class EventRow(Base):
     workload: Mapped[str | None] = mapped_column(String(63))
     node: Mapped[str | None] = mapped_column(String(63))
     message: Mapped[str] = mapped_column(Text)
+
+
+class UsageRow(Base):
+    """GPU use per minute, downsampled from the executor's samples (every few seconds).
+
+    One row per (minute, node, device) with `project` and `workload` empty: the device's own
+    utilization and memory; and one per workload on that device: its allocation there and the
+    share of the device's utilization attributed to it (in proportion to allocation)."""
+
+    __tablename__ = "usage"
+    __table_args__ = (
+        UniqueConstraint("bucket_s", "node", "device_index", "project", "workload"),
+        Index("ix_usage_bucket", "bucket_s"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    bucket_s: Mapped[float] = mapped_column(Float)
+    node: Mapped[str] = mapped_column(String(63))
+    device_index: Mapped[int] = mapped_column(Integer)
+    project: Mapped[str] = mapped_column(String(63))
+    workload: Mapped[str] = mapped_column(String(63))
+    samples: Mapped[int] = mapped_column(Integer)
+    allocated_milli_sum: Mapped[int] = mapped_column(Integer)
+    """Sum over samples of the milli-GPU allocated (divide by `samples` for the average)."""
+    utilized_milli_sum: Mapped[int] = mapped_column(Integer)
+    """Sum over samples of the milli-GPU in use: utilization % x 10, or its attributed part."""
+    memory_used_max_mib: Mapped[int] = mapped_column(Integer)
 
 
 def sqlite_url(data_dir: Path) -> str:

@@ -28,6 +28,7 @@ class ServerProcess:
         data_dir: Path,
         *,
         database_url: str | None = None,
+        port: int | None = None,
         simulated_nodes: str = "4x8",
         cycle_interval_s: float = 0.2,
         extra_args: tuple[str, ...] = (),
@@ -39,7 +40,7 @@ class ServerProcess:
         self.cycle_interval_s = cycle_interval_s
         self.extra_args = extra_args
         self.log_path = log_path or data_dir / "server.log"
-        self.port = free_port()
+        self.port = port or free_port()
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -53,6 +54,10 @@ class ServerProcess:
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
+
+    def exit_code(self) -> int | None:
+        """None while it runs."""
+        return self._process.poll() if self._process else None
 
     def start(self, timeout_s: float = 30.0) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)

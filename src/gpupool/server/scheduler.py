@@ -36,6 +36,7 @@ from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import Bind, CycleResult, Evict, Move, ProjectShare
 from gpupool.core.model import MILLI_PER_GPU, SchedulerSettings, TaskPlacement, Workload
 from gpupool.executors.base import Executor, Exit, Launch, NodeInventory, Stop
+from gpupool.server import usage
 from gpupool.server.db import DeviceRow, EventRow, NodeRow, ProjectRow, TaskRow, WorkloadRow
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.snapshot import BuiltSnapshot, WorkloadKey, build_snapshot, gpu_request
@@ -45,6 +46,8 @@ WORKLOADS = cast(Table, WorkloadRow.__table__)
 
 _LIVE = (TaskState.STARTING.value, TaskState.RUNNING.value, TaskState.STOPPING.value)
 _ACTIVE = (TaskState.STARTING.value, TaskState.RUNNING.value)
+_SCHEDULED = (WorkloadStatus.PENDING.value, WorkloadStatus.RUNNING.value)
+"""Workload states the snapshot gives the core (with their starting and running tasks)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +126,15 @@ class SchedulingLoop:
         self.cycle()
         self.dispatch()
         self.collect_exits()
+        self.record_usage()
         self.iterations += 1
+
+    def record_usage(self) -> None:
+        """Fold the executor's device samples into the per-minute usage history."""
+        samples = self._executor.usage_samples()
+        if samples:
+            with self._writer.begin() as session:
+                usage.record(session, samples, self._clock.now_s())
 
     def register_nodes(self, nodes: Sequence[NodeInventory]) -> None:
         """Record the executor's nodes and devices; its nodes no longer reported go down."""
@@ -511,10 +522,13 @@ class SchedulingLoop:
             for launch_id, _, _, _, _, reason, grace in stopping
             if launch_id not in self._stops_sent
         ]
+        unstarted = self._end_unstarted([stop.launch_id for stop in stops])
+        stops = [stop for stop in stops if stop.launch_id not in unstarted]
         if stops:
             self._executor.stop(stops)
             self._stops_sent.update(stop.launch_id for stop in stops)
             self.collect_exits()
+        if stops or unstarted:
             with self._writer() as session, session.begin():
                 stopping = session.execute(
                     select(
@@ -535,6 +549,32 @@ class SchedulingLoop:
         busy_tasks = {(workload_id, index) for _, workload_id, index, _, _, _, _ in stopping}
         self._start_ready(busy_devices, busy_tasks)
 
+    def _end_unstarted(self, launch_ids: list[str]) -> set[str]:
+        """Of stopping launches, those the executor never started (stopped between bind and
+        dispatch, or the server was killed in between): nothing to stop and no exit will come,
+        so their tasks end here. Only this thread starts launches, so none starts meanwhile."""
+        if not launch_ids:
+            return set()
+        unstarted = set(launch_ids) - self._executor.known(launch_ids)
+        if not unstarted:
+            return unstarted
+        now = self._clock.now_s()
+        with self._writer.begin() as session:
+            rows = session.execute(
+                select(TaskRow.id, TaskRow.workload_id).where(
+                    TaskRow.launch_id.in_(sorted(unstarted)),
+                    TaskRow.state == TaskState.STOPPING.value,
+                )
+            ).all()
+            session.execute(
+                update(TaskRow)
+                .where(TaskRow.id.in_([task_id for task_id, _ in rows]))
+                .values(state=TaskState.DONE.value, finished_at=now)
+            )
+            for workload_id in sorted({workload_id for _, workload_id in rows}):
+                self._after_task_end(session, workload_id, now, natural_exit=None)
+        return unstarted
+
     def _start_ready(
         self, busy_devices: set[tuple[str, int]], busy_tasks: set[tuple[int, int]]
     ) -> None:
@@ -546,6 +586,21 @@ class SchedulingLoop:
                 .join(NodeRow, NodeRow.name == TaskRow.node)
                 .where(TaskRow.state == TaskState.STARTING.value)
             ).all()
+            # Running tasks of workloads the snapshot leaves out (a completing workload's tasks
+            # still finishing): the core does not see their devices, so it may have bound
+            # others there; those wait, as for stopping tasks.
+            unseen = session.execute(
+                select(TaskRow.node, TaskRow.devices)
+                .join(WorkloadRow, WorkloadRow.id == TaskRow.workload_id)
+                .where(
+                    TaskRow.state == TaskState.RUNNING.value,
+                    WorkloadRow.status.not_in(_SCHEDULED),
+                )
+            ).all()
+        held = {(node, index) for node, indices in unseen for index in indices}
+        # A completing workload's starting tasks are unseen by the core too: they go first,
+        # and the devices they take are held for the others.
+        rows = sorted(rows, key=lambda row: row[1].status in _SCHEDULED)
         launches: list[Launch] = []
         for task, workload, project, device_memory_mib in rows:
             if (workload.id, task.task_index) in busy_tasks:
@@ -553,6 +608,10 @@ class SchedulingLoop:
             devices = tuple(task.devices)
             if any((task.node, d) in busy_devices for d in devices):
                 continue
+            if any((task.node, d) in held for d in devices):
+                continue
+            if workload.status not in _SCHEDULED:
+                held.update((task.node, d) for d in devices)
             launches.append(_launch(task, workload, project, device_memory_mib))
         if not launches:
             return
@@ -634,4 +693,10 @@ def _launch(task: TaskRow, workload: WorkloadRow, project: str, device_memory_mi
         env=tuple(sorted(workload.env.items())),
         grace_period_s=workload.grace_period_s,
         duration_s=workload.duration_s,
+        burst_memory_mib=(
+            request.limit_milli * device_memory_mib // MILLI_PER_GPU
+            if request.is_burstable and request.limit_milli is not None
+            else None
+        ),
+        working_dir=workload.working_dir,
     )

@@ -20,8 +20,15 @@ class ServerSettings:
     """Longest time between scheduling cycles; submissions and changes wake the loop sooner."""
     min_cycle_gap_s: float = 0.05
     """Shortest time between cycles, so a burst of submissions is scheduled in batches."""
+    executor: str = "simulated"
+    """`simulated` (declared nodes, tasks only pretend) or `local` (processes on this host)."""
     simulated_nodes: str | None = "4x8"
     """Nodes of the simulated executor (`NODESxGPUS[:MEMORY][:MODEL]`); None for none."""
+    fake_gpus: str | None = None
+    """Local executor: declared devices (`4x80G`) instead of the machine's (NVML)."""
+    stop_tasks_on_shutdown: bool = False
+    """On a clean shutdown (SIGTERM, `gpupool down`) stop every task; a killed server leaves
+    them running and adopts them when it starts again."""
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     run_scheduler: bool = True
     """False serves the API only (tests of the API alone, read replicas)."""

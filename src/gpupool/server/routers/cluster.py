@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Response
 
 import gpupool
 from gpupool.api.schemas import (
@@ -13,9 +15,11 @@ from gpupool.api.schemas import (
     TokenIn,
     TokenOut,
     TopOut,
+    UsageOut,
     UserIn,
     UserOut,
 )
+from gpupool.server import usage
 from gpupool.server.services import cluster, users
 from gpupool.server.state import Caller, State
 
@@ -59,14 +63,33 @@ def register_node(body: NodeIn, state: State, caller: Caller) -> NodeOut:
 @api.get("/top", tags=["nodes"])
 def top(state: State, caller: Caller) -> TopOut:
     last = state.loop.last_cycle
+    now = state.clock.now_s()
     with state.read() as session:
+        utilized, devices = usage.recent(session, now)
         return cluster.top(
             session,
-            state.clock.now_s(),
+            now,
             state.loop.shares,
             last.at_s if last else None,
             last.duration_s * 1000 if last else None,
+            utilized,
+            devices,
         )
+
+
+@api.get("/usage", tags=["nodes"])
+def usage_report(
+    state: State,
+    caller: Caller,
+    by: Literal["device", "project", "workload"] = "project",
+    minutes: Annotated[int, Query(ge=1, le=14 * 24 * 60)] = 60,
+    bucket_s: Annotated[int, Query(ge=60, le=86_400)] = 300,
+) -> UsageOut:
+    """Allocated vs utilized GPU over time (per-minute samples averaged into buckets)."""
+    since = state.clock.now_s() - minutes * 60
+    visible = None if caller.is_admin else caller.project_names
+    with state.read() as session:
+        return usage.report(session, by, since, bucket_s, visible)
 
 
 @api.get("/whoami", tags=["users"])

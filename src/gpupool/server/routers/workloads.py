@@ -84,24 +84,31 @@ def logs(
     task: Annotated[int, Query(ge=0, le=10_000)] = 0,
     offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
 ) -> LogChunk:
-    """The log of the task's latest start, from byte `offset`."""
+    """The task's log from byte `offset`: every run of it in order (a preempted task that ran
+    again shows both, separated by a line), so that a follower's offsets stay valid."""
     with state.read() as session:
         row = workloads.get_row(session, project, name, caller)
-        launch = session.execute(
-            select(TaskRow.launch_id, TaskRow.state)
-            .where(TaskRow.workload_id == row.id, TaskRow.task_index == task)
-            .order_by(TaskRow.id.desc())
-            .limit(1)
-        ).first()
-        finished = row.status in (WorkloadStatus.COMPLETED.value, WorkloadStatus.FAILED.value)
-    if launch is None:
         if task >= row.tasks:
             raise not_found("task", str(task), f"the workload has tasks 0..{row.tasks - 1}")
-        return LogChunk(text="", next_offset=offset, complete=finished)
-    data, ended = state.executor.read_log(launch[0], offset, MAX_LOG_CHUNK)
-    text = data.decode("utf-8", errors="replace")
-    done = (ended or launch[1] == TaskState.DONE.value) and finished
-    return LogChunk(text=text, next_offset=offset + len(data), complete=done and not data)
+        launches = session.execute(
+            select(TaskRow.launch_id, TaskRow.state)
+            .where(TaskRow.workload_id == row.id, TaskRow.task_index == task)
+            .order_by(TaskRow.id)
+        ).all()
+        finished = row.status in (WorkloadStatus.COMPLETED.value, WorkloadStatus.FAILED.value)
+    parts: list[bytes] = []
+    all_ended = True
+    for run, (launch_id, task_state) in enumerate(launches, start=1):
+        if run > 1:
+            parts.append(f"--- gpupool: task {task} started again (run {run}) ---\n".encode())
+        data, ended = state.executor.read_log(launch_id, 0, MAX_LOG_CHUNK)
+        parts.append(data)
+        all_ended = all_ended and (ended or task_state == TaskState.DONE.value)
+    whole = b"".join(parts)
+    chunk = whole[offset : offset + MAX_LOG_CHUNK]
+    complete = finished and all_ended and offset + len(chunk) >= len(whole)
+    text = chunk.decode("utf-8", errors="replace")
+    return LogChunk(text=text, next_offset=offset + len(chunk), complete=complete)
 
 
 @router.get("/events")

@@ -100,7 +100,11 @@ def _allocations(
     return per_device, names, per_project
 
 
-def nodes(session: Session, name: str | None = None) -> list[NodeOut]:
+def nodes(
+    session: Session,
+    name: str | None = None,
+    device_utilization: Mapping[tuple[str, int], int] | None = None,
+) -> list[NodeOut]:
     query = select(NodeRow).order_by(NodeRow.name)
     if name is not None:
         query = query.where(NodeRow.name == name)
@@ -121,6 +125,7 @@ def nodes(session: Session, name: str | None = None) -> list[NodeOut]:
                 memory_mib=d.memory_mib,
                 allocated_milli=per_device.get((row.name, d.device_index), 0),
                 workloads=names.get((row.name, d.device_index), []),
+                utilization_percent=(device_utilization or {}).get((row.name, d.device_index)),
             )
             for d in devices[row.id]
         ]
@@ -148,8 +153,10 @@ def top(
     shares: Mapping[str, ProjectShare],
     last_cycle_at: float | None,
     last_cycle_ms: float | None,
+    utilized: Mapping[str, int] | None = None,
+    device_utilization: Mapping[tuple[str, int], int] | None = None,
 ) -> TopOut:
-    node_views = nodes(session)
+    node_views = nodes(session, device_utilization=device_utilization)
     _, _, per_project = _allocations(session)
     counts: dict[tuple[str, str], int] = defaultdict(int)
     requested: dict[str, int] = defaultdict(int)
@@ -179,6 +186,7 @@ def top(
                 if row.name in shares
                 else requested.get(row.name, 0)
             ),
+            utilized_gpu_milli=(utilized or {}).get(row.name),
             running=counts.get((row.name, WorkloadStatus.RUNNING.value), 0),
             pending=counts.get((row.name, WorkloadStatus.PENDING.value), 0),
         )

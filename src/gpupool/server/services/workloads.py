@@ -88,6 +88,7 @@ def submit(session: Session, body: WorkloadIn, who: Principal, now_s: float) -> 
         submitted_at=now_s,
         pending_reason="waiting for the next scheduling cycle",
         preemptions=0,
+        working_dir=body.working_dir,
     )
     row.project = project
     session.add(row)
@@ -298,6 +299,7 @@ def view(row: WorkloadRow, running_tasks: int) -> WorkloadOut:
         pending_reason=row.pending_reason,
         preemptions=row.preemptions,
         running_tasks=running_tasks,
+        working_dir=row.working_dir,
     )
 
 

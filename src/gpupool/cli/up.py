@@ -1,0 +1,198 @@
+"""`gpupool up`, `gpupool down`, `gpupool demo`: the whole product on this machine.
+
+`up` starts `gpupool server` in the background with the local executor (processes on this
+machine, on its GPUs, or on declared ones when it has none), logs the CLI in as the first
+admin, makes a `default` project, and says how to submit. `down` stops the server, which stops
+every task first. Their state (database, logs, checkpoints) stays in the data directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpupool.cli.cluster import connect, fail, stdout
+from gpupool.client.config import ClientConfig, config_path, read_config, write_config
+
+DEFAULT_DATA_DIR = Path(".gpupool")
+DEFAULT_FAKE_GPUS = "4x80G"
+
+DataDirOption = Annotated[Path, typer.Option(help="Where the database, logs and checkpoints live.")]
+
+
+def _pid_file(data_dir: Path) -> Path:
+    return data_dir / "server.pid"
+
+
+def _running_pid(data_dir: Path) -> int | None:
+    try:
+        pid = int(_pid_file(data_dir).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+    return None if state == "Z" else pid
+
+
+def _url_of(data_dir: Path) -> str | None:
+    try:
+        return _pid_file(data_dir).read_text().split()[1]
+    except (OSError, IndexError):
+        return None
+
+
+def _gpu_choice(fake_gpus: str | None) -> tuple[str | None, str]:
+    """(fake spec or None for NVML, a sentence saying which)."""
+    if fake_gpus:
+        return fake_gpus, f"declared GPUs {fake_gpus} (--fake-gpus)"
+    from gpupool.executors.gpus import open_backend
+
+    backend, note = open_backend(None)
+    count = len(backend.devices())
+    backend.close()
+    if note is None and count:
+        return None, f"{count} NVIDIA GPU(s) found by NVML"
+    return DEFAULT_FAKE_GPUS, (
+        f"no NVIDIA GPU here ({note}); declared {DEFAULT_FAKE_GPUS} instead: tasks run as real "
+        "processes, with fake devices"
+    )
+
+
+def up(
+    data_dir: DataDirOption = DEFAULT_DATA_DIR,
+    port: Annotated[int, typer.Option(help="Port of the API on 127.0.0.1.")] = 8000,
+    fake_gpus: Annotated[
+        str | None,
+        typer.Option(help="Declare devices (4x80G) instead of this machine's GPUs."),
+    ] = None,
+    demo: Annotated[bool, typer.Option(help="Then run the founding-story demo.")] = False,
+) -> None:
+    """Start gpupool on this machine: server, scheduler and local executor in the background."""
+    from gpupool.server.process import ServerProcess
+
+    data_dir = data_dir.resolve()
+    console = stdout()
+    pid = _running_pid(data_dir)
+    if pid is not None:
+        url = _url_of(data_dir) or f"http://127.0.0.1:{port}"
+        console.print(f"gpupool is already up (pid {pid}) at {url}.")
+    else:
+        spec, gpus = _gpu_choice(fake_gpus)
+        args = ["--executor", "local", "--stop-tasks-on-exit", "--cycle-interval", "0.5"]
+        if spec:
+            args += ["--fake-gpus", spec]
+        server = ServerProcess(data_dir, port=port, extra_args=tuple(args))
+        server.simulated_nodes = "0x0"
+        try:
+            server.start(timeout_s=60)
+        except (RuntimeError, TimeoutError) as error:
+            server.kill()
+            fail(f"the server did not start: {error}", code=1)
+        url = server.url
+        _pid_file(data_dir).write_text(f"{server.pid} {url}\n")
+        console.print(f"gpupool is up at {url} (pid {server.pid}) with {gpus}.")
+        console.print(f"  data, logs and checkpoints: {data_dir}; server log: {server.log_path}")
+    _login(data_dir, url)
+    with connect() as client:
+        from gpupool.api.schemas import ProjectIn
+
+        if not client.projects():
+            gpus_total = sum(node.gpu_count for node in client.nodes())
+            body = {"name": "default", "quota": {"gpu": gpus_total}}
+            client.create_project(ProjectIn.model_validate(body))
+    config = read_config(config_path())
+    if config.project is None:
+        write_config(replace(config, project="default"), config_path())
+    console.print(
+        "Logged in as admin. Try:\n"
+        "  gpupool submit hello --gpu 0.5 -- python -c \"print('hello from a GPU share')\"\n"
+        "  gpupool list; gpupool logs hello; gpupool top\n"
+        "  gpupool demo      (the founding story: preemption and resume, about a minute)\n"
+        "  gpupool down      (stops every task and the server)"
+    )
+    if demo:
+        run_demo()
+
+
+def _login(data_dir: Path, url: str) -> None:
+    token = (data_dir / "admin-token").read_text(encoding="utf-8").strip()
+    current = read_config(config_path())
+    project = current.project if current.server == url else None
+    write_config(ClientConfig(server=url, token=token, project=project), config_path())
+
+
+def down(data_dir: DataDirOption = DEFAULT_DATA_DIR) -> None:
+    """Stop every task and the server that `gpupool up` started."""
+    data_dir = data_dir.resolve()
+    pid = _running_pid(data_dir)
+    console = stdout()
+    if pid is None:
+        _pid_file(data_dir).unlink(missing_ok=True)
+        console.print(f"gpupool is not running (no server for {data_dir}).")
+        _kill_leftovers(data_dir)
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and _running_pid(data_dir) == pid:
+        time.sleep(0.1)
+    if _running_pid(data_dir) == pid:
+        os.kill(pid, signal.SIGKILL)
+        console.print("the server did not stop in 90 s: killed it")
+    left = _kill_leftovers(data_dir)
+    _pid_file(data_dir).unlink(missing_ok=True)
+    extra = f"; killed {left} leftover task process group(s)" if left else ""
+    console.print(f"gpupool is down{extra}.")
+
+
+def _kill_leftovers(data_dir: Path) -> int:
+    """Backstop after the server: SIGKILL any task process group still alive."""
+    from gpupool.executors.local import live_task_groups
+
+    groups = live_task_groups(data_dir)
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+    return len(groups)
+
+
+def demo(
+    bob_steps: Annotated[int, typer.Option(help="Steps of each of Bob's jobs.")] = 60,
+) -> None:
+    """The founding story on the running server: preemption, checkpoint, resume."""
+    run_demo(bob_steps)
+
+
+def run_demo(bob_steps: int = 60) -> None:
+    from gpupool.demo.story import run_story
+
+    console = stdout()
+    run_id = time.strftime("%H%M%S")
+    with connect() as client:
+        result = run_story(client, console.print, run_id, bob_steps=bob_steps)
+        console.print(
+            f"Demo done in {result.seconds:.0f} s. See: gpupool list --all; "
+            f"gpupool describe {result.preempted[0].split('/')[1]} --project bob"
+            if result.preempted
+            else f"Demo done in {result.seconds:.0f} s."
+        )
+        usage = client.usage(by="project", minutes=10, bucket_s=60)
+        for point in usage.summary:
+            console.print(
+                f"  {point.key}: {point.allocated_gpu_milli / 1000:.2f} GPU allocated, "
+                f"{point.utilized_gpu_milli / 1000:.2f} utilized on average (last 10 min)"
+            )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("up")(up)
+    app.command("down")(down)
+    app.command("demo")(demo)

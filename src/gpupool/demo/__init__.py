@@ -1,0 +1,1 @@
+"""The demo that `gpupool up --demo` runs, and the example training script it submits."""

@@ -1,0 +1,543 @@
+"""Real processes on this machine: one session and process group per task.
+
+Every task runs under `gpupool.executors.shim`, which leads its process group, records its pid
+before the command starts and its exit code after. The executor journals each launch before
+spawning it, so a launch id is started at most once; after a server restart it finds its tasks
+again by pid and process start time (`/proc/PID/stat`), or reads how they ended.
+
+Stopping is SIGTERM to the group, the task's grace period, then SIGKILL; a task counts as
+running (its devices busy) until every process of its group is gone. A watchdog compares each
+task's GPU memory (from the GPU backend: NVML, or declared devices in tests) with its limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from gpupool.clock import Clock
+from gpupool.executors.base import DeviceInfo, Exit, Launch, NodeInventory, Stop, UsageSample
+from gpupool.executors.gpus import DeclaredBackend, GpuBackend
+from gpupool.executors.taskenv import task_environment
+
+__all__ = ["LocalExecutor", "local_node_name"]
+
+_KILLED = 137
+
+
+def local_node_name() -> str:
+    """This machine's host name as a node name (lower case, letters, digits, '-')."""
+    name = re.sub(r"[^a-z0-9-]+", "-", socket.gethostname().lower()).strip("-")
+    return name or "local"
+
+
+def _proc_stat(pid: int) -> tuple[int, int] | None:
+    """(process group, start time in clock ticks) of a live process, or None."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[2]), int(fields[19])
+
+
+def _group_members(groups: set[int]) -> dict[int, list[int]]:
+    """Live pids per process group, for the groups asked about."""
+    members: dict[int, list[int]] = defaultdict(list)
+    if not groups:
+        return members
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        stat = _proc_stat(int(entry.name))
+        if stat is not None and stat[0] in groups:
+            members[stat[0]].append(int(entry.name))
+    return members
+
+
+@dataclass(slots=True)
+class _Run:
+    launch: Launch
+    started_at_s: float
+    pid: int | None = None
+    start_ticks: int | None = None
+    process: subprocess.Popen[bytes] | None = None
+    stop_reason: str | None = None
+    kill_at_s: float | None = None
+    evict_reason: str | None = None
+    """Set by the watchdog: why it stopped the task (memory)."""
+    evict_requeues: bool = False
+    ended: Exit | None = None
+    acknowledged: bool = False
+    log_path: Path = field(default_factory=Path)
+
+
+class LocalExecutor:
+    """Runs launches as processes on this machine, on the devices of `gpus`."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        gpus: GpuBackend,
+        clock: Clock,
+        node_name: str | None = None,
+        watchdog_interval_s: float = 2.0,
+        sample_interval_s: float = 5.0,
+        python: str = sys.executable,
+    ) -> None:
+        self.name = "local"
+        self._gpus = gpus
+        self._clock = clock
+        self._node = node_name or local_node_name()
+        self._python = python
+        self._watchdog_interval_s = watchdog_interval_s
+        self._last_watchdog_s = 0.0
+        self._sample_interval_s = sample_interval_s
+        self._last_sample_s = 0.0
+        self._samples: list[UsageSample] = []
+        self.state_dir = data_dir / "local"
+        self.logs_dir = data_dir / "logs"
+        self.checkpoints_dir = data_dir / "checkpoints"
+        for directory in (self.state_dir, self.logs_dir, self.checkpoints_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._runs: dict[str, _Run] = {}
+        self._journal_path = self.state_dir / "journal.jsonl"
+        self._replay()
+        self._journal: IO[str] | None = self._journal_path.open("a", encoding="utf-8")
+
+    # -- the Executor protocol -----------------------------------------------------------------
+
+    def inventory(self) -> Sequence[NodeInventory]:
+        devices = tuple(
+            DeviceInfo(index=d.index, memory_mib=d.memory_mib, model=d.model, uuid=d.uuid)
+            for d in self._gpus.devices()
+        )
+        cpus = os.cpu_count() or 1
+        memory_mib = _memory_mib()
+        return (NodeInventory(self._node, devices, cpu_milli=cpus * 1000, memory_mib=memory_mib),)
+
+    def start(self, launches: Sequence[Launch]) -> None:
+        with self._lock:
+            for launch in launches:
+                if launch.launch_id in self._runs:
+                    continue
+                now = self._clock.now_s()
+                self._append({"op": "start", "at": now, "launch": _launch_json(launch)})
+                run = _Run(launch, now, log_path=self.logs_dir / f"{launch.launch_id}.log")
+                self._runs[launch.launch_id] = run
+                self._spawn(run)
+
+    def stop(self, stops: Sequence[Stop]) -> None:
+        with self._lock:
+            now = self._clock.now_s()
+            for stop in stops:
+                run = self._runs.get(stop.launch_id)
+                if run is None or run.ended is not None or run.kill_at_s is not None:
+                    continue
+                self._append(
+                    {"op": "stop", "at": now, "id": stop.launch_id, "grace": stop.grace_period_s}
+                )
+                self._terminate(run, now, stop.grace_period_s, stop.reason)
+
+    def alive(self) -> set[str]:
+        with self._lock:
+            self._poll()
+            return {launch_id for launch_id, run in self._runs.items() if run.ended is None}
+
+    def known(self, launch_ids: Sequence[str]) -> set[str]:
+        with self._lock:
+            return {launch_id for launch_id in launch_ids if launch_id in self._runs}
+
+    def exits(self) -> Sequence[Exit]:
+        with self._lock:
+            self._poll()
+            return [
+                run.ended
+                for run in self._runs.values()
+                if run.ended is not None and not run.acknowledged
+            ]
+
+    def acknowledge(self, launch_ids: Sequence[str]) -> None:
+        with self._lock:
+            for launch_id in launch_ids:
+                run = self._runs.get(launch_id)
+                if run is not None and run.ended is not None and not run.acknowledged:
+                    run.acknowledged = True
+                    self._append({"op": "ack", "id": launch_id})
+                    for suffix in ("pid", "exit"):
+                        (self.state_dir / f"{launch_id}.{suffix}").unlink(missing_ok=True)
+
+    def read_log(self, launch_id: str, offset: int, limit: int) -> tuple[bytes, bool]:
+        with self._lock:
+            run = self._runs.get(launch_id)
+            if run is None:
+                return b"", False
+            ended = run.ended is not None
+            path = run.log_path
+        try:
+            with path.open("rb") as handle:
+                handle.seek(offset)
+                return handle.read(limit), ended
+        except FileNotFoundError:
+            return b"", ended
+
+    def close(self) -> None:
+        """Leave running tasks alone (a restarted server adopts them); `stop_all` ends them."""
+        with self._lock:
+            if self._journal is not None:
+                self._journal.close()
+                self._journal = None
+            self._gpus.close()
+
+    def usage_samples(self) -> Sequence[UsageSample]:
+        with self._lock:
+            now = self._clock.now_s()
+            if now - self._last_sample_s >= self._sample_interval_s:
+                self._last_sample_s = now
+                self._samples.extend(
+                    UsageSample(now, self._node, d.index, d.utilization_percent, d.memory_used_mib)
+                    for d in self._gpus.sample()
+                )
+            taken, self._samples = self._samples, []
+            return taken
+
+    def stop_all(self, timeout_s: float = 30.0) -> None:
+        """Stop every task now (SIGTERM, then SIGKILL after its grace, at most `timeout_s`)
+        and wait until their processes are gone: what `gpupool down` promises."""
+        import time
+
+        with self._lock:
+            now = self._clock.now_s()
+            for run in self._runs.values():
+                if run.ended is None and run.kill_at_s is None:
+                    grace = min(run.launch.grace_period_s, int(timeout_s))
+                    self._terminate(run, now, grace, "the server is shutting down")
+        deadline = time.monotonic() + timeout_s + 5
+        while time.monotonic() < deadline:
+            with self._lock:
+                self._poll()
+                running = [r for r in self._runs.values() if r.ended is None]
+                if not running:
+                    return
+                if time.monotonic() > deadline - 5:
+                    for run in running:
+                        self._kill_group(run)
+            time.sleep(0.05)
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _spawn(self, run: _Run) -> None:
+        launch = run.launch
+        checkpoint_dir = self.checkpoints_dir / launch.project / launch.workload
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        report_dir = self._gpus.report_dir if isinstance(self._gpus, DeclaredBackend) else None
+        env = task_environment(
+            dict(os.environ),
+            launch,
+            checkpoint_dir=checkpoint_dir,
+            mps_active=self._gpus.mps_active(),
+            fake_gpu_report_dir=report_dir,
+        )
+        command = list(launch.command) or ["sh", "-c", "echo 'gpupool: no command given' >&2"]
+        args = [self._python, "-m", "gpupool.executors.shim", str(self.state_dir)]
+        args += [launch.launch_id, "--", *command]
+        with run.log_path.open("ab") as log:
+            try:
+                process = subprocess.Popen(
+                    args,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=_working_dir(launch, checkpoint_dir),
+                    start_new_session=True,
+                )
+            except OSError as error:
+                log.write(f"gpupool: cannot start the task: {error}\n".encode())
+                self._end(run, 127, f"cannot start: {error}", stopped=False)
+                return
+        run.process = process
+        run.pid = process.pid
+        stat = _proc_stat(process.pid)
+        run.start_ticks = stat[1] if stat else None
+        self._append(
+            {"op": "pid", "id": launch.launch_id, "pid": run.pid, "ticks": run.start_ticks}
+        )
+
+    def _terminate(self, run: _Run, now: float, grace_s: int, reason: str) -> None:
+        run.stop_reason = reason
+        run.kill_at_s = now + grace_s
+        if run.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.pid, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
+
+    def _kill_group(self, run: _Run) -> None:
+        if run.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.pid, signal.SIGKILL)
+
+    def _shim_alive(self, run: _Run) -> bool:
+        if run.pid is None:
+            return False
+        if run.process is not None:
+            return run.process.poll() is None
+        stat = _proc_stat(run.pid)
+        return stat is not None and (run.start_ticks is None or stat[1] == run.start_ticks)
+
+    def _poll(self) -> None:
+        now = self._clock.now_s()
+        live = [run for run in self._runs.values() if run.ended is None]
+        if not live:
+            return
+        members = _group_members({run.pid for run in live if run.pid is not None})
+        for run in live:
+            if run.pid is None:
+                self._find_pid(run)
+                if run.pid is None:
+                    continue
+            if run.kill_at_s is not None and now >= run.kill_at_s:
+                self._kill_group(run)
+            if self._shim_alive(run) or members.get(run.pid):
+                continue
+            self._finish(run)
+        if now - self._last_watchdog_s >= self._watchdog_interval_s:
+            self._last_watchdog_s = now
+            self._watchdog(members)
+
+    def _find_pid(self, run: _Run) -> None:
+        """A launch journaled but whose pid was not (the server died while spawning it)."""
+        pid_file = self.state_dir / f"{run.launch.launch_id}.pid"
+        try:
+            run.pid = int(pid_file.read_text())
+        except (OSError, ValueError):
+            self._end(
+                run,
+                _KILLED,
+                "did not start: the server stopped while starting it",
+                stopped=True,
+            )
+            return
+        stat = _proc_stat(run.pid)
+        run.start_ticks = stat[1] if stat else None
+
+    def _finish(self, run: _Run) -> None:
+        exit_file = self.state_dir / f"{run.launch.launch_id}.exit"
+        try:
+            record = json.loads(exit_file.read_text())
+            code = int(record["exit_code"])
+        except (OSError, ValueError, KeyError, TypeError):
+            code = _KILLED
+        if run.evict_reason is not None:
+            self._end(run, code, run.evict_reason, stopped=run.evict_requeues)
+        elif run.stop_reason is not None:
+            how = "killed after its grace period" if code == _KILLED else f"exit code {code}"
+            self._end(run, code, f"stopped ({how}): {run.stop_reason}", stopped=True)
+        elif code == 0:
+            self._end(run, 0, "completed", stopped=False)
+        else:
+            self._end(run, code, f"exited with code {code}", stopped=False)
+
+    def _end(self, run: _Run, code: int, reason: str, stopped: bool) -> None:
+        now = self._clock.now_s()
+        run.ended = Exit(run.launch.launch_id, code, now, reason, stopped)
+        if run.process is not None:
+            run.process.poll()
+        self._append(
+            {
+                "op": "end",
+                "id": run.launch.launch_id,
+                "code": code,
+                "at": now,
+                "reason": reason,
+                "stopped": stopped,
+            }
+        )
+        with run.log_path.open("a", encoding="utf-8") as log:
+            log.write(f"gpupool: task ended: {reason}\n")
+
+    def _watchdog(self, members: dict[int, list[int]]) -> None:
+        """Evict tasks whose processes use more GPU memory than they were given: over the
+        limit, the task fails with the reason; a dynamic fraction bursting above its request
+        while the device's memory is claimed (by the others' requests or use) is preempted and
+        runs again later."""
+        usage = self._gpus.process_memory()
+        if not usage:
+            return
+        group_of = {pid: group for group, pids in members.items() for pid in pids}
+        used: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        device_used: dict[int, int] = defaultdict(int)
+        for item in usage:
+            device_used[item.device_index] += item.used_mib
+            group = group_of.get(item.pid)
+            if group is not None:
+                used[group][item.device_index] += item.used_mib
+        live = [
+            run
+            for run in self._runs.values()
+            if run.ended is None and run.pid is not None and run.kill_at_s is None
+        ]
+        claims: dict[int, int] = defaultdict(int)
+        for device, total in device_used.items():
+            ours = sum(used[run.pid or 0].get(device, 0) for run in live)
+            claims[device] = total - ours
+        for run in live:
+            for device in run.launch.devices:
+                claims[device] += max(run.launch.gpu_memory_mib, used[run.pid or 0].get(device, 0))
+        capacity = {d.index: d.memory_mib for d in self._gpus.devices()}
+        now = self._clock.now_s()
+        for run in live:
+            for device, used_mib in used.get(run.pid or 0, {}).items():
+                request_mib = run.launch.gpu_memory_mib
+                limit_mib = run.launch.burst_memory_mib or request_mib
+                if used_mib > limit_mib:
+                    run.evict_reason = (
+                        f"evicted: used {used_mib} MiB of GPU memory on device {device}, "
+                        f"above its limit of {limit_mib} MiB; ask for more (--gpu or "
+                        "--gpu-memory) or use less"
+                    )
+                    self._terminate(run, now, 0, run.evict_reason)
+                    break
+                if used_mib > request_mib and claims[device] > capacity.get(device, claims[device]):
+                    run.evict_reason = (
+                        f"evicted: bursting to {used_mib} MiB on device {device} above its "
+                        f"request of {request_mib} MiB while that memory is claimed by "
+                        "another task; it will run again"
+                    )
+                    run.evict_requeues = True
+                    self._terminate(run, now, run.launch.grace_period_s, run.evict_reason)
+                    break
+
+    def _append(self, record: dict[str, Any]) -> None:
+        if self._journal is None:
+            return
+        self._journal.write(json.dumps(record) + "\n")
+        self._journal.flush()
+        os.fsync(self._journal.fileno())
+
+    def _replay(self) -> None:
+        if not self._journal_path.exists():
+            return
+        data = self._journal_path.read_bytes()
+        whole = data[: data.rfind(b"\n") + 1]
+        if len(whole) < len(data):
+            with self._journal_path.open("r+b") as journal:
+                journal.truncate(len(whole))
+        for line in whole.decode("utf-8").splitlines():
+            record = json.loads(line)
+            op = record["op"]
+            if op == "start":
+                launch = _launch_from_json(record["launch"])
+                self._runs[launch.launch_id] = _Run(
+                    launch, record["at"], log_path=self.logs_dir / f"{launch.launch_id}.log"
+                )
+                continue
+            run = self._runs[record["id"]]
+            if op == "pid":
+                run.pid, run.start_ticks = record["pid"], record["ticks"]
+            elif op == "stop":
+                run.stop_reason = "stopped before the server restarted"
+                run.kill_at_s = record["at"] + record["grace"]
+            elif op == "end":
+                run.ended = Exit(
+                    run.launch.launch_id,
+                    record["code"],
+                    record["at"],
+                    record["reason"],
+                    record["stopped"],
+                )
+            elif op == "ack":
+                run.acknowledged = True
+
+
+def _working_dir(launch: Launch, fallback: Path) -> Path:
+    if launch.working_dir and Path(launch.working_dir).is_dir():
+        return Path(launch.working_dir)
+    return fallback
+
+
+def _memory_mib() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) // 1024
+    except OSError:
+        return None
+    return None
+
+
+def _launch_json(launch: Launch) -> dict[str, Any]:
+    return {
+        "launch_id": launch.launch_id,
+        "project": launch.project,
+        "workload": launch.workload,
+        "task_index": launch.task_index,
+        "node": launch.node,
+        "devices": list(launch.devices),
+        "gpu_milli": launch.gpu_milli,
+        "gpu_memory_mib": launch.gpu_memory_mib,
+        "burst_memory_mib": launch.burst_memory_mib,
+        "command": list(launch.command),
+        "env": [list(pair) for pair in launch.env],
+        "grace_period_s": launch.grace_period_s,
+        "working_dir": launch.working_dir,
+    }
+
+
+def _launch_from_json(data: dict[str, Any]) -> Launch:
+    return Launch(
+        launch_id=data["launch_id"],
+        project=data["project"],
+        workload=data["workload"],
+        task_index=data["task_index"],
+        node=data["node"],
+        devices=tuple(data["devices"]),
+        gpu_milli=data["gpu_milli"],
+        gpu_memory_mib=data["gpu_memory_mib"],
+        burst_memory_mib=data.get("burst_memory_mib"),
+        command=tuple(data["command"]),
+        env=tuple((k, v) for k, v in data["env"]),
+        grace_period_s=data["grace_period_s"],
+        working_dir=data.get("working_dir"),
+    )
+
+
+def live_task_groups(data_dir: Path) -> list[int]:
+    """Process groups of local tasks (from the executor's journal) with a process still alive.
+
+    A group whose leader is alive with another start time is someone else's (a reused pid)."""
+    journal = data_dir / "local" / "journal.jsonl"
+    if not journal.exists():
+        return []
+    leaders: dict[int, int | None] = {}
+    for line in journal.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record.get("op") == "pid":
+            leaders[int(record["pid"])] = record.get("ticks")
+    members = _group_members(set(leaders))
+    alive = []
+    for leader, ticks in leaders.items():
+        if not members.get(leader):
+            continue
+        stat = _proc_stat(leader)
+        if stat is not None and ticks is not None and stat[1] != ticks:
+            continue
+        alive.append(leader)
+    return sorted(alive)

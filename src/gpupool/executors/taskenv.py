@@ -1,0 +1,69 @@
+"""What a task is given in its environment: its devices, who it is, and framework hints that
+keep a fractional task within its share of a device."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gpupool.core.model import MILLI_PER_GPU
+from gpupool.executors.base import Launch
+
+TORCH_HOOK_DIR = Path(__file__).parent / "torch_hook"
+
+
+def task_environment(
+    base: dict[str, str],
+    launch: Launch,
+    checkpoint_dir: Path,
+    mps_active: bool = False,
+    fake_gpu_report_dir: Path | None = None,
+) -> dict[str, str]:
+    """`base` (the server's environment) + the workload's own variables + gpupool's, which win.
+
+    - `CUDA_VISIBLE_DEVICES`: the task's devices, numbered as NVML and nvidia-smi number them
+      (`CUDA_DEVICE_ORDER=PCI_BUS_ID`); a fractional task sees its one shared device.
+    - `GPUPOOL_*`: workload, project, task index, launch id, fraction, memory limit in MiB,
+      checkpoint directory, grace period.
+    - For a fraction: JAX without preallocation and with `XLA_PYTHON_CLIENT_MEM_FRACTION`,
+      TensorFlow with memory growth, a PyTorch start-up hook that applies
+      `set_per_process_memory_fraction`, and with an MPS daemon, its per-client limits.
+    """
+    env = dict(base)
+    env.update(dict(launch.env))
+    fraction = launch.gpu_milli / MILLI_PER_GPU
+    devices = ",".join(str(d) for d in launch.devices)
+    env.update(
+        {
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "CUDA_VISIBLE_DEVICES": devices,
+            "NVIDIA_VISIBLE_DEVICES": devices,
+            "GPUPOOL_WORKLOAD": launch.workload,
+            "GPUPOOL_PROJECT": launch.project,
+            "GPUPOOL_TASK_INDEX": str(launch.task_index),
+            "GPUPOOL_LAUNCH_ID": launch.launch_id,
+            "GPUPOOL_GPU_FRACTION": f"{fraction:g}",
+            "GPUPOOL_GPU_MEMORY_LIMIT_MIB": str(launch.burst_memory_mib or launch.gpu_memory_mib),
+            "GPUPOOL_GPU_MEMORY_REQUEST_MIB": str(launch.gpu_memory_mib),
+            "GPUPOOL_CHECKPOINT_DIR": str(checkpoint_dir),
+            "GPUPOOL_GRACE_PERIOD_S": str(launch.grace_period_s),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    if fake_gpu_report_dir is not None:
+        env["GPUPOOL_FAKE_GPU_REPORT_DIR"] = str(fake_gpu_report_dir)
+    if launch.gpu_milli < MILLI_PER_GPU:
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{fraction:.3f}"
+        env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+        existing = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = (
+            f"{TORCH_HOOK_DIR}{os.pathsep}{existing}" if existing else str(TORCH_HOOK_DIR)
+        )
+        if mps_active:
+            limit_mib = launch.burst_memory_mib or launch.gpu_memory_mib
+            env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
+                f"{index}={limit_mib}M" for index in range(len(launch.devices))
+            )
+            env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, round(fraction * 100)))
+    return env

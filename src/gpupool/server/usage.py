@@ -1,0 +1,210 @@
+"""Allocation vs utilization over time: device samples folded into per-minute rows, and the
+reports over them (per device, project and workload).
+
+A sample says how busy a device was (utilization %) and how much memory it held. Each running
+task on the device is charged a part of it (its milli-GPU there); the device's utilization is
+attributed to the tasks in proportion to that charge. "Utilized GPU" is utilization x 1 device:
+a device at 40% is 400 milli-GPU utilized, whatever is allocated on it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from gpupool.api.schemas import TaskState, UsageOut, UsagePoint
+from gpupool.core.model import MILLI_PER_GPU
+from gpupool.executors.base import UsageSample
+from gpupool.server.db import NodeRow, ProjectRow, TaskRow, UsageRow, WorkloadRow
+from gpupool.server.snapshot import gpu_request
+
+BUCKET_S = 60
+RETENTION_S = 14 * 24 * 3600
+RECENT_S = 300
+"""What `top` calls "now": the last five minutes."""
+
+_DEVICE = ""
+"""`project` and `workload` of a device's own row."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Charge:
+    project: str
+    workload: str
+    milli: int
+
+
+def _charges(session: Session) -> dict[tuple[str, int], list[_Charge]]:
+    """Who is charged what on each (node, device), from the running tasks."""
+    charges: dict[tuple[str, int], list[_Charge]] = defaultdict(list)
+    rows = session.execute(
+        select(
+            TaskRow.node,
+            TaskRow.devices,
+            WorkloadRow.name,
+            WorkloadRow.gpu_kind,
+            WorkloadRow.gpu_amount,
+            ProjectRow.name,
+            NodeRow.gpu_memory_mib,
+        )
+        .join(WorkloadRow, WorkloadRow.id == TaskRow.workload_id)
+        .join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
+        .join(NodeRow, NodeRow.name == TaskRow.node)
+        .where(TaskRow.state == TaskState.RUNNING.value)
+    )
+    for node, devices, workload, kind, amount, project, memory_mib in rows:
+        milli = min(MILLI_PER_GPU, gpu_request(kind, amount, None).milli_on(memory_mib))
+        for device in devices:
+            charges[(node, device)].append(_Charge(project, workload, milli))
+    return charges
+
+
+def record(session: Session, samples: Sequence[UsageSample], now_s: float) -> None:
+    """Fold `samples` into the per-minute rows; drop rows older than the retention."""
+    if not samples:
+        return
+    charges = _charges(session)
+    increments: dict[tuple[float, str, int, str, str], list[int]] = {}
+
+    def add(key: tuple[float, str, int, str, str], allocated: int, used: int, mem: int) -> None:
+        entry = increments.setdefault(key, [0, 0, 0, 0])
+        entry[0] += 1
+        entry[1] += allocated
+        entry[2] += used
+        entry[3] = max(entry[3], mem)
+
+    for sample in samples:
+        bucket = float(int(sample.at_s // BUCKET_S) * BUCKET_S)
+        on_device = charges.get((sample.node, sample.device_index), [])
+        allocated = min(MILLI_PER_GPU, sum(charge.milli for charge in on_device))
+        used = min(MILLI_PER_GPU, sample.utilization_percent * MILLI_PER_GPU // 100)
+        add(
+            (bucket, sample.node, sample.device_index, _DEVICE, _DEVICE),
+            allocated,
+            used,
+            sample.memory_used_mib,
+        )
+        for charge in on_device:
+            share = used * charge.milli // allocated if allocated else 0
+            key = (bucket, sample.node, sample.device_index, charge.project, charge.workload)
+            add(key, charge.milli, share, 0)
+    buckets = sorted({key[0] for key in increments})
+    existing = {
+        (r.bucket_s, r.node, r.device_index, r.project, r.workload): r
+        for r in session.scalars(select(UsageRow).where(UsageRow.bucket_s.in_(buckets)))
+    }
+    for key, (count, allocated, used, memory) in increments.items():
+        row = existing.get(key)
+        if row is None:
+            session.add(
+                UsageRow(
+                    bucket_s=key[0],
+                    node=key[1],
+                    device_index=key[2],
+                    project=key[3],
+                    workload=key[4],
+                    samples=count,
+                    allocated_milli_sum=allocated,
+                    utilized_milli_sum=used,
+                    memory_used_max_mib=memory,
+                )
+            )
+        else:
+            row.samples += count
+            row.allocated_milli_sum += allocated
+            row.utilized_milli_sum += used
+            row.memory_used_max_mib = max(row.memory_used_max_mib, memory)
+    session.execute(delete(UsageRow).where(UsageRow.bucket_s < now_s - RETENTION_S))
+
+
+def report(
+    session: Session,
+    by: str,
+    since_s: float,
+    bucket_s: int,
+    projects: frozenset[str] | None,
+) -> UsageOut:
+    """Average allocation and utilization per `by` (device, project, workload) and bucket.
+
+    `projects` limits project and workload rows to those projects (researchers); devices are
+    shown to everyone."""
+    # A workload's row counts only the samples taken while it ran; averaging over all of the
+    # device's samples in that minute makes it a time average, comparable with the device's.
+    device_samples = {
+        (row.bucket_s, row.node, row.device_index): row.samples
+        for row in session.scalars(
+            select(UsageRow).where(UsageRow.bucket_s >= since_s, UsageRow.project == _DEVICE)
+        )
+    }
+    query = select(UsageRow).where(UsageRow.bucket_s >= since_s)
+    if by == "device":
+        query = query.where(UsageRow.project == _DEVICE)
+    else:
+        query = query.where(UsageRow.project != _DEVICE)
+        if projects is not None:
+            query = query.where(UsageRow.project.in_(sorted(projects)))
+    # Per (key, bucket): a device row is one device; a project sums its workloads' devices.
+    sums: dict[tuple[str, float], list[int]] = defaultdict(lambda: [0, 0, 0])
+    span: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for row in session.scalars(query):
+        key = _key(row, by)
+        bucket = float(int(row.bucket_s // bucket_s) * bucket_s)
+        count = max(1, device_samples.get((row.bucket_s, row.node, row.device_index), row.samples))
+        average_allocated = row.allocated_milli_sum // count
+        average_used = row.utilized_milli_sum // count
+        for entry in (sums[(key, bucket)], span[key]):
+            entry[0] += average_allocated
+            entry[1] += average_used
+            entry[2] = max(entry[2], row.memory_used_max_mib)
+    minutes_per_bucket: dict[float, set[float]] = defaultdict(set)
+    for minute, _, _ in device_samples:
+        minutes_per_bucket[float(int(minute // bucket_s) * bucket_s)].add(minute)
+    points = []
+    for (key, bucket), (allocated, used, memory) in sorted(sums.items()):
+        count = max(1, len(minutes_per_bucket[bucket]))
+        points.append(
+            UsagePoint(
+                key=key,
+                bucket_start=bucket,
+                allocated_gpu_milli=allocated // count,
+                utilized_gpu_milli=used // count,
+                memory_used_max_mib=memory if by == "device" else None,
+            )
+        )
+    span_minutes = max(1, len({minute for minute, _, _ in device_samples}))
+    summary = [
+        UsagePoint(
+            key=key,
+            bucket_start=since_s,
+            allocated_gpu_milli=allocated // span_minutes,
+            utilized_gpu_milli=used // span_minutes,
+            memory_used_max_mib=memory if by == "device" else None,
+        )
+        for key, (allocated, used, memory) in sorted(span.items())
+    ]
+    return UsageOut(by=by, bucket_s=bucket_s, points=points, summary=summary)
+
+
+def _key(row: UsageRow, by: str) -> str:
+    if by == "device":
+        return f"{row.node}/{row.device_index}"
+    if by == "project":
+        return row.project
+    return f"{row.project}/{row.workload}"
+
+
+def recent(session: Session, now_s: float) -> tuple[dict[str, int], dict[tuple[str, int], int]]:
+    """Utilized milli-GPU per project and utilization % per device, over the last minutes."""
+    projects = {
+        point.key: point.utilized_gpu_milli
+        for point in report(session, "project", now_s - RECENT_S, RECENT_S, None).summary
+    }
+    devices: dict[tuple[str, int], int] = {}
+    for point in report(session, "device", now_s - RECENT_S, RECENT_S, None).summary:
+        node, _, index = point.key.rpartition("/")
+        devices[(node, int(index))] = point.utilized_gpu_milli // 10
+    return projects, devices

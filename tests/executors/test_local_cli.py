@@ -1,0 +1,223 @@
+"""The local executor through the CLI, with real processes on declared GPUs: what issue 5
+promises a team with one workstation. Each test runs `gpupool up` in its own data directory
+and `gpupool down` at the end, and checks that no task process is left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpupool.executors.local import live_task_groups
+from gpupool.server.process import ServerProcess, free_port
+from liveserver import wait_for
+
+
+class Cli:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.data_dir = tmp / "data"
+        self.env = dict(os.environ, GPUPOOL_CONFIG=str(tmp / "config.json"))
+        self.port = free_port()
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "gpupool", *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            cwd=self.tmp,
+            timeout=120,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"gpupool {' '.join(args)} -> {result.returncode}\n{result}")
+        return result
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run(*args, "--json").stdout)
+
+    def up(self) -> None:
+        self.run(
+            "up", "--data-dir", str(self.data_dir), "--port", str(self.port), "--fake-gpus", "4x80G"
+        )
+
+    def status(self, name: str, project: str = "default") -> str:
+        status: str = self.json("describe", name, "--project", project)["status"]
+        return status
+
+    def log(self, name: str, project: str = "default") -> str:
+        return self.run("logs", name, "--project", project).stdout
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Iterator[Cli]:
+    c = Cli(tmp_path)
+    c.up()
+    yield c
+    c.run("down", "--data-dir", str(c.data_dir), check=False)
+    assert live_task_groups(c.data_dir) == [], "task processes left behind"
+
+
+def test_two_half_gpu_workloads_share_one_device(cli: Cli) -> None:
+    show = "import os; print('devices=' + os.environ['CUDA_VISIBLE_DEVICES'], flush=True)"
+    for name in ("half-a", "half-b"):
+        cli.run(
+            "submit",
+            name,
+            "--gpu",
+            "0.5",
+            "--",
+            sys.executable,
+            "-c",
+            f"{show}; import time; time.sleep(30)",
+        )
+    wait_for(lambda: "devices=" in cli.log("half-a") and "devices=" in cli.log("half-b"))
+    first = cli.log("half-a").splitlines()[0]
+    assert first == cli.log("half-b").splitlines()[0]
+    top = cli.json("top")
+    shared = [d for n in top["nodes"] for d in n["devices"] if d["allocated_milli"]]
+    assert [d["allocated_milli"] for d in shared] == [1000]
+    assert first == f"devices={shared[0]['index']}"
+
+
+def test_a_workload_that_ignores_sigterm_is_killed_after_its_grace(cli: Cli) -> None:
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGTERM, "
+        "lambda *a: print('SIGTERM ignored', flush=True)); print('up', flush=True); "
+        "time.sleep(120)"
+    )
+    cli.run(
+        "submit",
+        "stubborn",
+        "--gpu",
+        "1",
+        "--grace-period",
+        "5",
+        "--",
+        sys.executable,
+        "-c",
+        stubborn,
+    )
+    wait_for(lambda: "up" in cli.log("stubborn"))
+    cli.run("delete", "stubborn")
+    wait_for(lambda: "SIGTERM ignored" in cli.log("stubborn"), timeout_s=10)
+    assert cli.json("describe", "stubborn")["task_list"][0]["state"] == "stopping"
+    wait_for(lambda: cli.run("describe", "stubborn", check=False).returncode == 3, 20)
+    events = cli.json("list", "--all")
+    assert "stubborn" not in [w["name"] for w in events["items"]]
+
+
+def test_founding_story_preempted_jobs_checkpoint_and_resume(cli: Cli) -> None:
+    """Bob's four jobs fill four GPUs; Patty submits two; two of Bob's are preempted,
+    checkpoint, and resume after Patty's finish, continuing from their checkpoints."""
+    for name, quota in (("bob", "2"), ("patty", "2")):
+        cli.run("project", "create", name, "--quota-gpu", quota)
+    train = [
+        sys.executable,
+        "-m",
+        "gpupool.demo.train",
+        "--step-s",
+        "0.05",
+        "--checkpoint-every",
+        "5",
+    ]
+    for index in range(1, 5):
+        cli.run(
+            "submit",
+            f"bob-{index}",
+            "--project",
+            "bob",
+            "--gpu",
+            "1",
+            "--",
+            *train,
+            "--steps",
+            "400",
+        )
+    wait_for(lambda: all(cli.status(f"bob-{i}", "bob") == "running" for i in range(1, 5)))
+    wait_for(
+        lambda: all("starting from scratch" in cli.log(f"bob-{i}", "bob") for i in range(1, 5))
+    )
+    for index in range(1, 3):
+        cli.run(
+            "submit",
+            f"patty-{index}",
+            "--project",
+            "patty",
+            "--gpu",
+            "1",
+            "--",
+            *train,
+            "--steps",
+            "20",
+        )
+    wait_for(
+        lambda: all(
+            cli.status(f"patty-{i}", "patty") in ("running", "completed") for i in range(1, 3)
+        ),
+        timeout_s=30,
+    )
+    bob = {w["name"]: w for w in cli.json("list", "--project", "bob")["items"]}
+    preempted = sorted(name for name, w in bob.items() if w["preemptions"] == 1)
+    assert len(preempted) == 2, bob
+    for name in preempted:
+        assert "stop requested: checkpointed at step" in cli.log(name, "bob")
+    wait_for(
+        lambda: all(cli.status(f"bob-{i}", "bob") == "completed" for i in range(1, 5)), timeout_s=60
+    )
+    for name in preempted:
+        log = cli.log(name, "bob")
+        stopped_at = int(log.split("checkpointed at step ")[1].split()[0])
+        resumed_at = int(log.split("resumed from checkpoint at step ")[1].split()[0])
+        assert 0 < resumed_at <= stopped_at
+        assert "task 0 started again (run 2)" in log
+        assert "done: step 400" in log
+    # No preempted job came back while Patty held her quota (later, a GPU may also come free
+    # from one of Bob's own jobs finishing).
+    patty_finished = sorted(
+        cli.json("describe", f"patty-{i}", "--project", "patty")["task_list"][-1]["finished_at"]
+        for i in range(1, 3)
+    )
+    bob_restarted = sorted(
+        cli.json("describe", name, "--project", "bob")["task_list"][-1]["started_at"]
+        for name in preempted
+    )
+    assert bob_restarted[0] >= patty_finished[0]
+
+
+def test_a_killed_server_adopts_its_running_tasks(cli: Cli) -> None:
+    code = "import time; print('working', flush=True); time.sleep(60)"
+    cli.run("submit", "long", "--gpu", "1", "--", sys.executable, "-c", code)
+    wait_for(lambda: "working" in cli.log("long"))
+    launch = cli.json("describe", "long")["task_list"][0]["launch_id"]
+    pid_file = cli.data_dir / "server.pid"
+    server_pid = int(pid_file.read_text().split()[0])
+    os.kill(server_pid, signal.SIGKILL)
+    wait_for(lambda: not Path(f"/proc/{server_pid}").exists() or _zombie(server_pid))
+    assert live_task_groups(cli.data_dir), "the task must outlive the server"
+
+    restarted = ServerProcess(
+        cli.data_dir,
+        port=cli.port,
+        extra_args=("--executor", "local", "--fake-gpus", "4x80G", "--stop-tasks-on-exit"),
+    )
+    restarted.start()
+    pid_file.write_text(f"{restarted.pid} {restarted.url}\n")
+    detail = cli.json("describe", "long")
+    assert detail["status"] == "running"
+    assert [t["launch_id"] for t in detail["task_list"]] == [launch]
+    assert cli.log("long").count("working") == 1
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] == "Z"
+    except OSError:
+        return True

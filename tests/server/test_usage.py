@@ -1,0 +1,81 @@
+"""Allocation vs utilization history: samples folded per minute, reported per device, project
+and workload as time averages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from gpupool.api.schemas import ProjectIn, Role, WorkloadIn
+from gpupool.executors.base import UsageSample
+from gpupool.server import migrate, usage
+from gpupool.server.auth import Principal
+from gpupool.server.db import NodeRow, TaskRow, make_engine, make_sessionmakers
+from gpupool.server.services import projects, workloads
+
+ADMIN = Principal(1, "admin", Role.ADMIN, frozenset())
+T0 = 1_700_000_040.0  # on a minute boundary
+
+
+def _setup(tmp_path: Path) -> Session:
+    engine = make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    migrate.upgrade(engine)
+    writer, _ = make_sessionmakers(engine)
+    session = writer()
+    session.add(
+        NodeRow(
+            name="n1", executor="local", state="ready", gpu_count=2, gpu_memory_mib=80000,
+            gpu_model=None, cpu_milli=None, memory_mib=None, labels={}, registered_at=T0,
+            heartbeat_at=T0,
+        )
+    )  # fmt: skip
+    for name in ("a", "b"):
+        body = ProjectIn.model_validate({"name": name, "quota": {"gpu": 1}})
+        projects.create(session, body, T0, {})
+    for project, name, gpu, device in (("a", "half", 0.5, 0), ("b", "other-half", 0.5, 0)):
+        body = WorkloadIn.model_validate({"name": name, "project": project, "gpu": gpu})
+        out = workloads.submit(session, body, ADMIN, T0)
+        session.add(
+            TaskRow(
+                launch_id=name, workload_id=out.id, task_index=0, node="n1", devices=[device],
+                burst_device=None, state="running", created_at=T0,
+            )
+        )  # fmt: skip
+    session.flush()
+    return session
+
+
+def test_device_use_is_attributed_to_the_workloads_by_their_share(tmp_path: Path) -> None:
+    session = _setup(tmp_path)
+    samples = [
+        UsageSample(T0 + 5 * i, "n1", device, percent, 1000)
+        for i in range(12)
+        for device, percent in ((0, 60), (1, 0))
+    ]
+    usage.record(session, samples[:12], T0 + 60)
+    usage.record(session, samples[12:], T0 + 60)
+    by_device = {p.key: p for p in usage.report(session, "device", T0, 60, None).summary}
+    assert by_device["n1/0"].allocated_gpu_milli == 1000
+    assert by_device["n1/0"].utilized_gpu_milli == 600
+    assert by_device["n1/1"].allocated_gpu_milli == 0
+    by_project = {p.key: p for p in usage.report(session, "project", T0, 60, None).summary}
+    assert by_project["a"].allocated_gpu_milli == 500
+    assert by_project["a"].utilized_gpu_milli == 300
+    only_a = usage.report(session, "workload", T0, 60, frozenset({"a"}))
+    assert [p.key for p in only_a.summary] == ["a/half"]
+
+
+def test_a_workload_running_half_the_time_averages_half(tmp_path: Path) -> None:
+    session = _setup(tmp_path)
+    first = [UsageSample(T0 + 5 * i, "n1", 0, 100, 0) for i in range(6)]
+    usage.record(session, first, T0 + 30)
+    session.query(TaskRow).filter(TaskRow.launch_id == "other-half").delete()
+    second = [UsageSample(T0 + 30 + 5 * i, "n1", 0, 50, 0) for i in range(6)]
+    usage.record(session, second, T0 + 60)
+    by_workload = {p.key: p for p in usage.report(session, "workload", T0, 60, None).summary}
+    assert by_workload["b/other-half"].allocated_gpu_milli == 250
+    assert by_workload["a/half"].allocated_gpu_milli == 500
+    recent_projects, recent_devices = usage.recent(session, T0 + 60)
+    assert recent_devices[("n1", 0)] == 75
+    assert recent_projects["a"] == 500  # half of a busy device, then alone at 50%
