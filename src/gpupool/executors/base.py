@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
 
 __all__ = [
     "DeviceInfo",
@@ -70,6 +70,24 @@ class Launch:
     burst_memory_mib: int | None = None
     """Dynamic fraction: memory per device it may use while the device has it free."""
     working_dir: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """As a JSON object, for executors' journals."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["devices"] = list(self.devices)
+        data["command"] = list(self.command)
+        data["env"] = [list(pair) for pair in self.env]
+        return data
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> Launch:
+        """The launch `to_json` wrote; fields a journal from an older version lacks default."""
+        known = {f.name for f in fields(Launch)}
+        values = {key: value for key, value in data.items() if key in known}
+        values["devices"] = tuple(values["devices"])
+        values["command"] = tuple(values.get("command", ()))
+        values["env"] = tuple((k, v) for k, v in values.get("env", ()))
+        return Launch(**values)
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,7 +137,7 @@ class LocalExecutor:
                 if launch.launch_id in self._runs:
                     continue
                 now = self._clock.now_s()
-                self._append({"op": "start", "at": now, "launch": _launch_json(launch)})
+                self._append({"op": "start", "at": now, "launch": launch.to_json()})
                 run = _Run(launch, now, log_path=self.logs_dir / f"{launch.launch_id}.log")
                 self._runs[launch.launch_id] = run
                 self._spawn(run)
@@ -441,7 +441,7 @@ class LocalExecutor:
             record = json.loads(line)
             op = record["op"]
             if op == "start":
-                launch = _launch_from_json(record["launch"])
+                launch = Launch.from_json(record["launch"])
                 self._runs[launch.launch_id] = _Run(
                     launch, record["at"], log_path=self.logs_dir / f"{launch.launch_id}.log"
                 )
@@ -478,42 +478,6 @@ def _memory_mib() -> int | None:
     except OSError:
         return None
     return None
-
-
-def _launch_json(launch: Launch) -> dict[str, Any]:
-    return {
-        "launch_id": launch.launch_id,
-        "project": launch.project,
-        "workload": launch.workload,
-        "task_index": launch.task_index,
-        "node": launch.node,
-        "devices": list(launch.devices),
-        "gpu_milli": launch.gpu_milli,
-        "gpu_memory_mib": launch.gpu_memory_mib,
-        "burst_memory_mib": launch.burst_memory_mib,
-        "command": list(launch.command),
-        "env": [list(pair) for pair in launch.env],
-        "grace_period_s": launch.grace_period_s,
-        "working_dir": launch.working_dir,
-    }
-
-
-def _launch_from_json(data: dict[str, Any]) -> Launch:
-    return Launch(
-        launch_id=data["launch_id"],
-        project=data["project"],
-        workload=data["workload"],
-        task_index=data["task_index"],
-        node=data["node"],
-        devices=tuple(data["devices"]),
-        gpu_milli=data["gpu_milli"],
-        gpu_memory_mib=data["gpu_memory_mib"],
-        burst_memory_mib=data.get("burst_memory_mib"),
-        command=tuple(data["command"]),
-        env=tuple((k, v) for k, v in data["env"]),
-        grace_period_s=data["grace_period_s"],
-        working_dir=data.get("working_dir"),
-    )
 
 
 def live_task_groups(data_dir: Path) -> list[int]:

@@ -92,7 +92,7 @@ class SimulatedExecutor:
         with self._lock:
             now = self._clock.now_s()
             new = [launch for launch in launches if launch.launch_id not in self._runs]
-            self._append([{"op": "start", "at": now, "launch": _launch_json(x)} for x in new])
+            self._append([{"op": "start", "at": now, "launch": x.to_json()} for x in new])
             for launch in new:
                 self._started(launch, now)
 
@@ -216,7 +216,7 @@ class SimulatedExecutor:
                 continue  # a line cut short by a crash: nothing after it was acknowledged
             op = record["op"]
             if op == "start":
-                self._started(_launch_from_json(record["launch"]), record["at"])
+                self._started(Launch.from_json(record["launch"]), record["at"])
             elif op == "stop":
                 self._stopped(record["id"], record["at"], record["reason"])
             elif op == "exit":
@@ -224,33 +224,3 @@ class SimulatedExecutor:
                 self._exited(run, run.started_at_s + (run.launch.duration_s or 0.0))
             elif op == "ack":
                 self._runs[record["id"]].acknowledged = True
-
-
-def _launch_json(launch: Launch) -> dict[str, Any]:
-    return {
-        "launch_id": launch.launch_id,
-        "project": launch.project,
-        "workload": launch.workload,
-        "task_index": launch.task_index,
-        "node": launch.node,
-        "devices": list(launch.devices),
-        "gpu_milli": launch.gpu_milli,
-        "gpu_memory_mib": launch.gpu_memory_mib,
-        "grace_period_s": launch.grace_period_s,
-        "duration_s": launch.duration_s,
-    }
-
-
-def _launch_from_json(data: dict[str, Any]) -> Launch:
-    return Launch(
-        launch_id=data["launch_id"],
-        project=data["project"],
-        workload=data["workload"],
-        task_index=data["task_index"],
-        node=data["node"],
-        devices=tuple(data["devices"]),
-        gpu_milli=data["gpu_milli"],
-        gpu_memory_mib=data["gpu_memory_mib"],
-        grace_period_s=data["grace_period_s"],
-        duration_s=data["duration_s"],
-    )

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from sqlalchemy import Table, delete, insert, select, update
+from sqlalchemy import Row, Table, delete, insert, select, update
 from sqlalchemy import bindparam as _bind
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -37,8 +37,9 @@ from gpupool.core.decisions import Bind, CycleResult, Evict, Move, ProjectShare
 from gpupool.core.model import MILLI_PER_GPU, SchedulerSettings, TaskPlacement, Workload
 from gpupool.executors.base import Executor, Exit, Launch, NodeInventory, Stop
 from gpupool.server import usage
-from gpupool.server.db import DeviceRow, EventRow, NodeRow, ProjectRow, TaskRow, WorkloadRow
+from gpupool.server.db import EventRow, NodeRow, ProjectRow, TaskRow, WorkloadRow
 from gpupool.server.metrics import ServerMetrics
+from gpupool.server.services import cluster
 from gpupool.server.snapshot import BuiltSnapshot, WorkloadKey, build_snapshot, gpu_request
 
 TASKS = cast(Table, TaskRow.__table__)
@@ -147,34 +148,8 @@ class SchedulingLoop:
                 )
             }
             for node in nodes:
-                row = known.pop(node.name, None)
-                if row is None:
-                    row = NodeRow(name=node.name, executor=self._executor.name, registered_at=now)
-                    session.add(row)
-                row.state = "ready"
-                row.gpu_count = node.gpu_count
-                row.gpu_memory_mib = node.gpu_memory_mib
-                row.gpu_model = node.gpu_model
-                row.cpu_milli = node.cpu_milli
-                row.memory_mib = node.memory_mib
-                row.labels = dict(node.labels)
-                row.heartbeat_at = now
-                session.flush()
-                session.execute(delete(DeviceRow).where(DeviceRow.node_id == row.id))
-                if node.devices:
-                    session.execute(
-                        insert(DeviceRow),
-                        [
-                            {
-                                "node_id": row.id,
-                                "device_index": d.index,
-                                "uuid": d.uuid,
-                                "model": d.model,
-                                "memory_mib": d.memory_mib,
-                            }
-                            for d in node.devices
-                        ],
-                    )
+                known.pop(node.name, None)
+                cluster.register(session, node, self._executor.name, now)
             for row in known.values():
                 row.state = "down"
 
@@ -503,20 +478,7 @@ class SchedulingLoop:
 
     def dispatch(self) -> None:
         """Stop what should stop, then start what may start."""
-        with self._writer() as session, session.begin():
-            stopping = session.execute(
-                select(
-                    TaskRow.launch_id,
-                    TaskRow.workload_id,
-                    TaskRow.task_index,
-                    TaskRow.node,
-                    TaskRow.devices,
-                    TaskRow.reason,
-                    WorkloadRow.grace_period_s,
-                )
-                .join(WorkloadRow, WorkloadRow.id == TaskRow.workload_id)
-                .where(TaskRow.state == TaskState.STOPPING.value)
-            ).all()
+        stopping = self._stopping()
         stops = [
             Stop(launch_id, grace, reason or "stopped")
             for launch_id, _, _, _, _, reason, grace in stopping
@@ -529,25 +491,29 @@ class SchedulingLoop:
             self._stops_sent.update(stop.launch_id for stop in stops)
             self.collect_exits()
         if stops or unstarted:
-            with self._writer() as session, session.begin():
-                stopping = session.execute(
-                    select(
-                        TaskRow.launch_id,
-                        TaskRow.workload_id,
-                        TaskRow.task_index,
-                        TaskRow.node,
-                        TaskRow.devices,
-                        TaskRow.reason,
-                        WorkloadRow.grace_period_s,
-                    )
-                    .join(WorkloadRow, WorkloadRow.id == TaskRow.workload_id)
-                    .where(TaskRow.state == TaskState.STOPPING.value)
-                ).all()
+            stopping = self._stopping()
         busy_devices = {
             (node, device) for _, _, _, node, devices, _, _ in stopping for device in devices
         }
         busy_tasks = {(workload_id, index) for _, workload_id, index, _, _, _, _ in stopping}
         self._start_ready(busy_devices, busy_tasks)
+
+    def _stopping(self) -> Sequence[Row[str, int, int, str, list[int], str | None, int]]:
+        """Tasks asked to stop and not gone yet, with their workload's grace period."""
+        with self._writer() as session, session.begin():
+            return session.execute(
+                select(
+                    TaskRow.launch_id,
+                    TaskRow.workload_id,
+                    TaskRow.task_index,
+                    TaskRow.node,
+                    TaskRow.devices,
+                    TaskRow.reason,
+                    WorkloadRow.grace_period_s,
+                )
+                .join(WorkloadRow, WorkloadRow.id == TaskRow.workload_id)
+                .where(TaskRow.state == TaskState.STOPPING.value)
+            ).all()
 
     def _end_unstarted(self, launch_ids: list[str]) -> set[str]:
         """Of stopping launches, those the executor never started (stopped between bind and

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
@@ -19,8 +18,8 @@ from sqlalchemy.orm import Session
 from gpupool.api.schemas import TaskState, UsageOut, UsagePoint
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.executors.base import UsageSample
-from gpupool.server.db import NodeRow, ProjectRow, TaskRow, UsageRow, WorkloadRow
-from gpupool.server.snapshot import gpu_request
+from gpupool.server.db import UsageRow
+from gpupool.server.services.cluster import Charge, charges
 
 BUCKET_S = 60
 RETENTION_S = 14 * 24 * 3600
@@ -31,36 +30,12 @@ _DEVICE = ""
 """`project` and `workload` of a device's own row."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Charge:
-    project: str
-    workload: str
-    milli: int
-
-
-def _charges(session: Session) -> dict[tuple[str, int], list[_Charge]]:
+def _charges(session: Session) -> dict[tuple[str, int], list[Charge]]:
     """Who is charged what on each (node, device), from the running tasks."""
-    charges: dict[tuple[str, int], list[_Charge]] = defaultdict(list)
-    rows = session.execute(
-        select(
-            TaskRow.node,
-            TaskRow.devices,
-            WorkloadRow.name,
-            WorkloadRow.gpu_kind,
-            WorkloadRow.gpu_amount,
-            ProjectRow.name,
-            NodeRow.gpu_memory_mib,
-        )
-        .join(WorkloadRow, WorkloadRow.id == TaskRow.workload_id)
-        .join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
-        .join(NodeRow, NodeRow.name == TaskRow.node)
-        .where(TaskRow.state == TaskState.RUNNING.value)
-    )
-    for node, devices, workload, kind, amount, project, memory_mib in rows:
-        milli = min(MILLI_PER_GPU, gpu_request(kind, amount, None).milli_on(memory_mib))
-        for device in devices:
-            charges[(node, device)].append(_Charge(project, workload, milli))
-    return charges
+    by_device: dict[tuple[str, int], list[Charge]] = defaultdict(list)
+    for charge in charges(session, (TaskState.RUNNING.value,)):
+        by_device[(charge.node, charge.device)].append(charge)
+    return by_device
 
 
 def record(session: Session, samples: Sequence[UsageSample], now_s: float) -> None:

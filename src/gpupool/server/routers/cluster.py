@@ -55,7 +55,7 @@ def register_node(body: NodeIn, state: State, caller: Caller) -> NodeOut:
     """Register or update a node (executors and admins)."""
     caller.require_admin("register nodes")
     with state.write() as session:
-        cluster.register(session, body, "api", state.clock.now_s())
+        cluster.register(session, cluster.inventory_of(body), "api", state.clock.now_s())
     with state.read() as session:
         return cluster.nodes(session, body.name)[0]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
@@ -20,6 +21,7 @@ from gpupool.api.schemas import (
 )
 from gpupool.core.decisions import ProjectShare
 from gpupool.core.model import MILLI_PER_GPU
+from gpupool.executors.base import DeviceInfo, NodeInventory
 from gpupool.server.db import DeviceRow, NodeRow, ProjectRow, TaskRow, WorkloadRow
 from gpupool.server.errors import not_found
 from gpupool.server.snapshot import core_name, gpu_request
@@ -27,53 +29,71 @@ from gpupool.server.snapshot import core_name, gpu_request
 _HOLDING = (TaskState.STARTING.value, TaskState.RUNNING.value, TaskState.STOPPING.value)
 
 
-def register(session: Session, body: NodeIn, executor: str, now_s: float) -> NodeRow:
-    row = session.execute(select(NodeRow).where(NodeRow.name == body.name)).scalar_one_or_none()
+def inventory_of(body: NodeIn) -> NodeInventory:
+    """A node registered through the API, as an executor would report it."""
+    devices = tuple(
+        DeviceInfo(index=d.index, memory_mib=d.memory_mib, model=d.model, uuid=d.uuid)
+        for d in body.devices
+    ) or tuple(
+        DeviceInfo(index=i, memory_mib=body.gpu_memory_mib, model=body.gpu_model)
+        for i in range(body.gpu_count)
+    )
+    return NodeInventory(
+        name=body.name,
+        devices=devices,
+        cpu_milli=body.cpu_milli,
+        memory_mib=body.memory_mib,
+        labels=tuple(sorted(body.labels.items())),
+    )
+
+
+def register(session: Session, node: NodeInventory, executor: str, now_s: float) -> NodeRow:
+    """Create or update a node and replace its devices; it is ready from now on."""
+    row = session.execute(select(NodeRow).where(NodeRow.name == node.name)).scalar_one_or_none()
     if row is None:
-        row = NodeRow(name=body.name, executor=executor, registered_at=now_s)
+        row = NodeRow(name=node.name, executor=executor, registered_at=now_s)
         session.add(row)
     row.state = "ready"
-    row.gpu_count = body.gpu_count
-    row.gpu_memory_mib = body.gpu_memory_mib
-    row.gpu_model = body.gpu_model
-    row.cpu_milli = body.cpu_milli
-    row.memory_mib = body.memory_mib
-    row.labels = dict(body.labels)
+    row.gpu_count = node.gpu_count
+    row.gpu_memory_mib = node.gpu_memory_mib
+    row.gpu_model = node.gpu_model
+    row.cpu_milli = node.cpu_milli
+    row.memory_mib = node.memory_mib
+    row.labels = dict(node.labels)
     row.heartbeat_at = now_s
     session.flush()
     session.execute(delete(DeviceRow).where(DeviceRow.node_id == row.id))
-    devices = body.devices or []
-    rows = [
-        {
-            "node_id": row.id,
-            "device_index": d.index,
-            "uuid": d.uuid,
-            "model": d.model,
-            "memory_mib": d.memory_mib,
-        }
-        for d in devices
-    ] or [
-        {
-            "node_id": row.id,
-            "device_index": i,
-            "uuid": None,
-            "model": body.gpu_model,
-            "memory_mib": body.gpu_memory_mib,
-        }
-        for i in range(body.gpu_count)
-    ]
-    if rows:
-        session.execute(insert(DeviceRow), rows)
+    if node.devices:
+        session.execute(
+            insert(DeviceRow),
+            [
+                {
+                    "node_id": row.id,
+                    "device_index": d.index,
+                    "uuid": d.uuid,
+                    "model": d.model,
+                    "memory_mib": d.memory_mib,
+                }
+                for d in node.devices
+            ],
+        )
     return row
 
 
-def _allocations(
-    session: Session,
-) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], list[str]], dict[str, int]]:
-    """Milli-GPU held per (node, device), the workloads on it, and per project."""
-    per_device: dict[tuple[str, int], int] = defaultdict(int)
-    names: dict[tuple[str, int], list[str]] = defaultdict(list)
-    per_project: dict[str, int] = defaultdict(int)
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """What one task holds on one device."""
+
+    node: str
+    device: int
+    project: str
+    workload: str
+    milli: int
+    """Milli-GPU on this device (1000 for a whole device)."""
+
+
+def charges(session: Session, states: tuple[str, ...] = _HOLDING) -> list[Charge]:
+    """One per (task in `states`, device it holds)."""
     rows = session.execute(
         select(
             TaskRow.node,
@@ -87,16 +107,32 @@ def _allocations(
         .join(WorkloadRow, WorkloadRow.id == TaskRow.workload_id)
         .join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
         .join(NodeRow, NodeRow.name == TaskRow.node)
-        .where(TaskRow.state.in_(_HOLDING))
+        .where(TaskRow.state.in_(states))
     ).all()
-    for node, devices, workload, kind, amount, project, memory_mib in rows:
-        request = gpu_request(kind, amount, None)
-        milli = request.milli_on(memory_mib)
-        per_device_milli = MILLI_PER_GPU if milli >= MILLI_PER_GPU else milli
-        for device in devices:
-            per_device[(node, device)] += per_device_milli
-            names[(node, device)].append(core_name(project, workload))
-        per_project[project] += milli
+    return [
+        Charge(
+            node,
+            device,
+            project,
+            workload,
+            min(MILLI_PER_GPU, gpu_request(kind, amount, None).milli_on(memory_mib)),
+        )
+        for node, devices, workload, kind, amount, project, memory_mib in rows
+        for device in devices
+    ]
+
+
+def _allocations(
+    session: Session,
+) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], list[str]], dict[str, int]]:
+    """Milli-GPU held per (node, device), the workloads on it, and per project."""
+    per_device: dict[tuple[str, int], int] = defaultdict(int)
+    names: dict[tuple[str, int], list[str]] = defaultdict(list)
+    per_project: dict[str, int] = defaultdict(int)
+    for charge in charges(session):
+        per_device[(charge.node, charge.device)] += charge.milli
+        names[(charge.node, charge.device)].append(core_name(charge.project, charge.workload))
+        per_project[charge.project] += charge.milli
     return per_device, names, per_project
 
 
