@@ -3,6 +3,22 @@ and where possible the field."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from gpupool.api.schemas import ErrorOut
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut, "description": description}
+    for status, description in (
+        (401, "No token, or one the server does not know"),
+        (403, "Not allowed for this user"),
+        (404, "No such resource"),
+        (409, "Conflicts with the current state (a name taken, a state that does not allow it)"),
+        (422, "Invalid input: each field error names the field and the fix"),
+    )
+}
+"""What every API route may answer besides success, for the OpenAPI schema."""
+
 
 class ApiError(Exception):
     def __init__(self, status: int, detail: str, field: str | None = None) -> None:

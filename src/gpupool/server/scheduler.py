@@ -40,15 +40,21 @@ from gpupool.server import usage
 from gpupool.server.db import EventRow, NodeRow, ProjectRow, TaskRow, WorkloadRow
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.services import cluster
-from gpupool.server.snapshot import BuiltSnapshot, WorkloadKey, build_snapshot, gpu_request
+from gpupool.server.snapshot import (
+    SCHEDULED,
+    BuiltSnapshot,
+    WorkloadKey,
+    build_snapshot,
+    gpu_request,
+)
 
 TASKS = cast(Table, TaskRow.__table__)
 WORKLOADS = cast(Table, WorkloadRow.__table__)
 
 _LIVE = (TaskState.STARTING.value, TaskState.RUNNING.value, TaskState.STOPPING.value)
 _ACTIVE = (TaskState.STARTING.value, TaskState.RUNNING.value)
-_SCHEDULED = (WorkloadStatus.PENDING.value, WorkloadStatus.RUNNING.value)
-"""Workload states the snapshot gives the core (with their starting and running tasks)."""
+COMPLETED = "completed"
+"""A task's reason once it has ended by itself with exit code 0."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +216,9 @@ class SchedulingLoop:
                         "state": TaskState.DONE.value,
                         "finished_at": end.finished_at_s,
                         "exit_code": end.exit_code,
-                        "reason": end.reason,
+                        "reason": (
+                            COMPLETED if not end.stopped and end.exit_code == 0 else end.reason
+                        ),
                     }
                 )
                 ended[workload_id].append(end)
@@ -276,7 +284,24 @@ class SchedulingLoop:
                 _event(session, now, "completed", project, workload.name, "all tasks finished")
             workload.version += 1
             return
-        if workload.status == WorkloadStatus.COMPLETING.value and not live:
+        if (
+            natural_exit is not None
+            and natural_exit.exit_code == 0
+            and not live
+            and workload.status in (WorkloadStatus.PENDING.value, WorkloadStatus.SUSPENDED.value)
+            and self._every_task_completed(session, workload)
+        ):
+            # The tasks finished by themselves just as they were asked to stop (suspended,
+            # preempted, or the server died in between): the work is done, do not run it again.
+            workload.status = WorkloadStatus.COMPLETED.value
+            workload.finished_at = now
+            workload.pending_reason = None
+            workload.version += 1
+            _event(
+                session, now, "completed", project, workload.name,
+                "all tasks finished before the stop took effect",
+            )  # fmt: skip
+        elif workload.status == WorkloadStatus.COMPLETING.value and not live:
             workload.status = WorkloadStatus.COMPLETED.value
             workload.finished_at = now
             workload.version += 1
@@ -287,6 +312,19 @@ class SchedulingLoop:
             workload.pending_reason = "its tasks ended unexpectedly; waiting to run again"
             workload.version += 1
             _event(session, now, "requeued", project, workload.name, "its tasks were lost")
+
+    @staticmethod
+    def _every_task_completed(session: Session, workload: WorkloadRow) -> bool:
+        """Has each task index finished by itself with exit code 0 since the workload started?"""
+        done = session.scalars(
+            select(TaskRow.task_index).where(
+                TaskRow.workload_id == workload.id,
+                TaskRow.state == TaskState.DONE.value,
+                TaskRow.reason == COMPLETED,
+                TaskRow.created_at >= workload.submitted_at,
+            )
+        ).all()
+        return set(done) >= set(range(workload.tasks))
 
     def remove_deleted(self) -> None:
         with self._writer.begin() as session:
@@ -552,21 +590,21 @@ class SchedulingLoop:
                 .join(NodeRow, NodeRow.name == TaskRow.node)
                 .where(TaskRow.state == TaskState.STARTING.value)
             ).all()
-            # Running tasks of workloads the snapshot leaves out (a completing workload's tasks
-            # still finishing): the core does not see their devices, so it may have bound
-            # others there; those wait, as for stopping tasks.
+            # Running tasks of workloads the snapshot leaves out (none should be: a safety net):
+            # the core did not see their devices, so it may have bound others there; those
+            # wait, as for stopping tasks.
             unseen = session.execute(
                 select(TaskRow.node, TaskRow.devices)
                 .join(WorkloadRow, WorkloadRow.id == TaskRow.workload_id)
                 .where(
                     TaskRow.state == TaskState.RUNNING.value,
-                    WorkloadRow.status.not_in(_SCHEDULED),
+                    WorkloadRow.status.not_in(SCHEDULED),
                 )
             ).all()
         held = {(node, index) for node, indices in unseen for index in indices}
-        # A completing workload's starting tasks are unseen by the core too: they go first,
-        # and the devices they take are held for the others.
-        rows = sorted(rows, key=lambda row: row[1].status in _SCHEDULED)
+        # Starting tasks of workloads the snapshot left out go first, and the devices they
+        # take are held for the others.
+        rows = sorted(rows, key=lambda row: row[1].status in SCHEDULED)
         launches: list[Launch] = []
         for task, workload, project, device_memory_mib in rows:
             if (workload.id, task.task_index) in busy_tasks:
@@ -576,7 +614,7 @@ class SchedulingLoop:
                 continue
             if any((task.node, d) in held for d in devices):
                 continue
-            if workload.status not in _SCHEDULED:
+            if workload.status not in SCHEDULED:
                 held.update((task.node, d) for d in devices)
             launches.append(_launch(task, workload, project, device_memory_mib))
         if not launches:

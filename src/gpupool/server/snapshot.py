@@ -1,9 +1,11 @@
 """Database rows -> the core's `Snapshot`, read in one transaction with plain column queries.
 
 What goes in (the contract's view of a driver): ready nodes; every project and department;
-pending and running workloads with the tasks that are starting or running as their placements.
-Left out: workloads whose tasks are stopping after an eviction (they come back once stopped),
-suspended, completing, finished and deleting ones.
+pending and running workloads with the tasks that are starting or running as their placements;
+completing workloads as their still-running tasks only, never to be evicted, moved or added to
+(so that the core counts the devices they hold, in placement and in fair share). Left out:
+workloads whose tasks are stopping after an eviction (they come back once stopped), suspended,
+finished and deleting ones.
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ from gpupool.core.model import (
     WorkloadType,
 )
 from gpupool.server.db import NodeRow, ProjectRow, TaskRow, WorkloadRow
+
+SCHEDULED = (
+    WorkloadStatus.PENDING.value,
+    WorkloadStatus.RUNNING.value,
+    WorkloadStatus.COMPLETING.value,
+)
+"""Workload states the snapshot gives the core (completing ones as their running tasks)."""
 
 
 def core_name(project: str, workload: str) -> str:
@@ -124,11 +133,14 @@ def build_snapshot(session: Session, now_s: float, settings: SchedulerSettings) 
             WorkloadRow.node_selector,
             WorkloadRow.started_at,
         )
-        .where(WorkloadRow.status.in_((WorkloadStatus.PENDING.value, WorkloadStatus.RUNNING.value)))
+        .where(WorkloadRow.status.in_(SCHEDULED))
         .order_by(WorkloadRow.id)
     ):
         placements = tuple(sorted(live.get(row.id, ()), key=lambda p: p.task_index))
         if not placements and row.id in stopping:
+            continue
+        completing = row.status == WorkloadStatus.COMPLETING.value
+        if completing and not placements:
             continue
         project = project_names[row.project_id]
         name = core_name(project, row.name)
@@ -138,11 +150,13 @@ def build_snapshot(session: Session, now_s: float, settings: SchedulerSettings) 
                 name=name,
                 project=project,
                 type=WorkloadType(row.type),
-                gpu=gpu_request(row.gpu_kind, row.gpu_amount, row.gpu_limit_milli),
-                tasks=row.tasks,
-                min_available=row.min_available,
+                gpu=gpu_request(
+                    row.gpu_kind, row.gpu_amount, None if completing else row.gpu_limit_milli
+                ),
+                tasks=len(placements) if completing else row.tasks,
+                min_available=None if completing else row.min_available,
                 priority=row.priority,
-                preemptible=row.preemptible,
+                preemptible=False if completing else row.preemptible,
                 cpu_milli=row.cpu_milli,
                 memory_mib=row.memory_mib,
                 node_selector=tuple(

@@ -20,11 +20,12 @@ from gpupool.api.schemas import (
     UserOut,
 )
 from gpupool.server import usage
+from gpupool.server.errors import ERROR_RESPONSES
 from gpupool.server.services import cluster, users
 from gpupool.server.state import Caller, State
 
 router = APIRouter()
-api = APIRouter(prefix="/api/v1")
+api = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
 
 
 @router.get("/health", tags=["health"])
@@ -135,6 +136,6 @@ def create_token(name: str, body: TokenIn, state: State, caller: Caller) -> Toke
 def delete_user(name: str, state: State, caller: Caller) -> Response:
     caller.require_admin("delete users")
     with state.write() as session:
-        session.delete(users.get_row(session, name))
+        users.remove(session, users.get_row(session, name), caller.name)
     state.tokens.clear()
     return Response(status_code=204)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from gpupool.api.schemas import DepartmentIn, ProjectIn, ProjectOut, ProjectPatch
+from gpupool.server.errors import ERROR_RESPONSES
 from gpupool.server.services import projects
 from gpupool.server.state import Caller, State
 
-router = APIRouter(prefix="/api/v1", tags=["projects"])
+router = APIRouter(prefix="/api/v1", tags=["projects"], responses=ERROR_RESPONSES)
 
 
 def _visible(caller: Caller, items: list[ProjectOut]) -> list[ProjectOut]:

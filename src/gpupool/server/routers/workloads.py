@@ -19,11 +19,11 @@ from gpupool.api.schemas import (
     WorkloadType,
 )
 from gpupool.server.db import TaskRow
-from gpupool.server.errors import not_found
+from gpupool.server.errors import ERROR_RESPONSES, not_found
 from gpupool.server.services import workloads
 from gpupool.server.state import Caller, State
 
-router = APIRouter(prefix="/api/v1", tags=["workloads"])
+router = APIRouter(prefix="/api/v1", tags=["workloads"], responses=ERROR_RESPONSES)
 
 MAX_LOG_CHUNK = 1 << 20
 

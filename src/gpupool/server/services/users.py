@@ -46,6 +46,19 @@ def create(session: Session, body: UserIn, now_s: float) -> UserOut:
     return view(session, row)
 
 
+def remove(session: Session, row: UserRow, caller: str) -> None:
+    """Delete a user; never yourself or the last admin (nobody could administer the server)."""
+    if row.name == caller:
+        raise conflict("you cannot delete yourself: ask another admin")
+    if row.role == Role.ADMIN.value:
+        admins = session.scalar(
+            select(func.count()).select_from(UserRow).where(UserRow.role == Role.ADMIN.value)
+        )
+        if (admins or 0) <= 1:
+            raise conflict(f"{row.name!r} is the last admin: create another admin first")
+    session.delete(row)
+
+
 def set_projects(session: Session, row: UserRow, names: list[str]) -> UserOut:
     found = dict(
         session.execute(

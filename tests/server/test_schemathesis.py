@@ -1,0 +1,174 @@
+"""Property-based API tests: schemathesis generates requests for every operation of the
+server's OpenAPI schema and sends them, with the admin's token, to a live server (a `gpupool
+server` child process); no answer may be a server error (5xx).
+
+The schema is taken from the app in-process at collection time, so that each operation is its
+own test item (schemathesis' lazy `from_fixture` loader fails on pytest 9), and the live server's
+`/openapi.json` is checked to be the same. The examples are derandomized (the same requests
+every run) and bounded per operation, so the whole run takes well under a minute. A path naming
+a project or workload is, for about half the cases, pointed at ones that exist, so that the
+operations behind the 404 are reached too.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+
+from gpupool.clock import SystemClock
+from gpupool.executors.simulated import SimulatedExecutor
+from gpupool.server.app import create_app
+from gpupool.server.process import ServerProcess
+from gpupool.server.settings import ServerSettings
+from liveserver import LiveServer, unique
+
+MAX_EXAMPLES = 25
+ADMIN = "admin"
+PROJECT, WORKLOAD = "fuzz-project", "fuzz-workload"
+"""Exist throughout: most cases that name a project or workload are pointed here."""
+DOOMED_PROJECT, DOOMED_WORKLOAD = "fuzz-doomed", "doomed-workload"
+"""What DELETE cases are pointed at instead, so the others keep finding theirs."""
+
+
+def _openapi() -> dict[str, Any]:
+    """The server's OpenAPI schema, from the app without starting it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        executor = SimulatedExecutor((), SystemClock())
+        schema: dict[str, Any] = create_app(ServerSettings(data_dir=Path(tmp)), executor).openapi()
+        return schema
+
+
+OPENAPI = _openapi()
+schema = schemathesis.openapi.from_dict(OPENAPI)
+
+
+class Target:
+    def __init__(self, process: ServerProcess) -> None:
+        self.process = process
+        self.headers = {"Authorization": f"Bearer {process.admin_token}"}
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    data_dir: Path = tmp_path_factory.mktemp("schemathesis") / "server"
+    process = ServerProcess(data_dir, simulated_nodes="2x4", cycle_interval_s=0.2)
+    with process:
+        target = Target(process)
+        with httpx.Client(base_url=process.url, headers=target.headers, timeout=30) as http:
+            assert http.get("/openapi.json").json() == OPENAPI
+            for project, workload in ((PROJECT, WORKLOAD), (DOOMED_PROJECT, DOOMED_WORKLOAD)):
+                body: dict[str, Any] = {"name": project, "quota": {"gpu": 2}}
+                response = http.post("/api/v1/projects", json=body)
+                assert response.status_code == 201, response.text
+                body = {"name": workload, "project": project, "gpu": 1, "duration_s": 3600}
+                response = http.post("/api/v1/workloads", json=body)
+                assert response.status_code == 201, response.text
+        yield target
+        log = process.log_path.read_text(errors="replace")
+    assert "Traceback" not in log and "scheduling loop:" not in log, log[-6000:]
+
+
+def _half(value: object) -> bool:
+    """True for about half the values: deterministic, unlike `hash`."""
+    return zlib.crc32(repr(value).encode()) % 2 == 0
+
+
+def _point_at_existing(case: Any) -> None:
+    """For about half the cases, name a project and workload that exist instead of random
+    ones: in the path, and for a submitted workload, which gets a plain GPU request too so
+    that more submissions are accepted and reach the scheduling loop with fuzzed fields."""
+    body = case.body
+    if (
+        case.method == "POST"
+        and case.path == "/api/v1/workloads"
+        and isinstance(body, dict)
+        and "project" in body
+        and _half(sorted(body.items(), key=str))
+    ):
+        body["project"] = PROJECT
+        body.pop("gpu_memory", None)
+        body.pop("gpu_limit", None)
+        body["gpu"] = (1, 0.5, 2)[zlib.crc32(repr(body).encode()) % 3]
+    parameters = case.path_parameters
+    if not parameters or not _half(sorted(parameters.items())):
+        return
+    doomed = case.method == "DELETE"
+    project = DOOMED_PROJECT if doomed else PROJECT
+    if "project" in parameters:
+        parameters["project"] = project
+        if "name" in parameters:
+            parameters["name"] = DOOMED_WORKLOAD if doomed else WORKLOAD
+    elif "name" in parameters and case.path.startswith("/api/v1/projects/"):
+        parameters["name"] = project
+
+
+@schema.parametrize()
+@settings(
+    max_examples=MAX_EXAMPLES,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+def test_no_server_errors(case: Any, target: Target) -> None:
+    deletes_caller = case.method == "DELETE" and case.path == "/api/v1/users/{name}"
+    if deletes_caller and case.path_parameters.get("name") == ADMIN:
+        # Deleting the caller's own user revokes the token every other case uses.
+        case.path_parameters["name"] = "someone-else"
+    _point_at_existing(case)
+    case.call_and_validate(
+        base_url=target.process.url,
+        headers=target.headers,
+        checks=[not_a_server_error],
+        timeout=30,
+    )
+
+
+# -- what schemathesis found, pinned down on both databases --------------------------------------
+
+BIG = 99_999_999_999_999_999_999_999
+OVERSIZED: list[tuple[str, str, str, dict[str, Any]]] = [
+    # id, method, path, body: "{p}" is a project made for the case; POSTs get a fresh name
+    ("workload gpu 1e30", "POST", "/api/v1/workloads", {"project": "{p}", "gpu": 1e30}),
+    ("workload gpu 3e9", "POST", "/api/v1/workloads", {"project": "{p}", "gpu": 3_000_000_000}),
+    ("workload memory", "POST", "/api/v1/workloads", {"project": "{p}", "gpu": 1, "memory": BIG}),
+    ("workload gpu_memory", "POST", "/api/v1/workloads", {"project": "{p}", "gpu_memory": BIG}),
+    ("project quota gpu", "POST", "/api/v1/projects", {"quota": {"gpu": 1e20}}),
+    ("project quota 3e6 gpu", "POST", "/api/v1/projects", {"quota": {"gpu": 3_000_000}}),
+    ("project limit gpu", "POST", "/api/v1/projects", {"limit": {"gpu": 1e20}}),
+    ("department quota memory", "POST", "/api/v1/departments", {"quota": {"memory": BIG}}),
+    ("patched quota gpu", "PATCH", "/api/v1/projects/{p}", {"quota": {"gpu": 1e20}}),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [case[1:] for case in OVERSIZED],
+    ids=[case[0] for case in OVERSIZED],
+)
+def test_amounts_too_big_to_store_are_refused_not_a_server_error(
+    api_server: LiveServer, method: str, path: str, body: dict[str, Any]
+) -> None:
+    """Amounts that pass the parsers but not the database's integer columns (64-bit on
+    SQLite, 32-bit on PostgreSQL) must be refused with 422, not crash the request with 500."""
+    project = unique("big")
+    name = unique("n")
+    with api_server.client() as http:
+        response = http.post("/api/v1/projects", json={"name": project, "quota": {"gpu": 1}})
+        assert response.status_code == 201, response.text
+        sent = {key: project if value == "{p}" else value for key, value in body.items()}
+        if method == "POST":
+            sent["name"] = name
+        response = http.request(method, path.replace("{p}", project), json=sent)
+        assert response.status_code == 422, response.text
+        assert http.get(f"/api/v1/projects/{name}").status_code == 404
+        assert http.get(f"/api/v1/workloads/{project}/{name}").status_code == 404
