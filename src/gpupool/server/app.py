@@ -85,6 +85,7 @@ def create_app(
         interval_s=settings.cycle_interval_s,
         min_gap_s=settings.min_cycle_gap_s,
         on_error=report,
+        reader=reader,
     )
     state = ServerState(
         settings, engine, writer, reader, executor, clock, metrics, loop, TokenCache()

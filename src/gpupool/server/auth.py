@@ -72,6 +72,13 @@ class TokenCache:
         with self._lock:
             self._by_digest.clear()
 
+    def cached(self, token: str | None) -> Principal | None:
+        """The principal of a token seen before, without touching the database."""
+        if not token:
+            return None
+        with self._lock:
+            return self._by_digest.get(token_digest(token))
+
     def authenticate(self, session: Session, token: str | None) -> Principal:
         if not token:
             raise ApiError(

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from sqlalchemy import Row, Table, delete, insert, select, update
+from sqlalchemy import Row, Table, delete, insert, or_, select, update
 from sqlalchemy import bindparam as _bind
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -53,6 +53,8 @@ WORKLOADS = cast(Table, WorkloadRow.__table__)
 
 _LIVE = (TaskState.STARTING.value, TaskState.RUNNING.value, TaskState.STOPPING.value)
 _ACTIVE = (TaskState.STARTING.value, TaskState.RUNNING.value)
+_PREEMPTED = "_preempted"
+"""Marks a workload change that counts one more preemption."""
 COMPLETED = "completed"
 """A task's reason once it has ended by itself with exit code 0."""
 
@@ -77,8 +79,10 @@ class SchedulingLoop:
         interval_s: float = 1.0,
         min_gap_s: float = 0.05,
         on_error: Callable[[BaseException], None] | None = None,
+        reader: sessionmaker[Session] | None = None,
     ) -> None:
         self._writer = writer
+        self._reader = reader or writer
         self._executor = executor
         self._clock = clock
         self._settings = settings
@@ -119,11 +123,12 @@ class SchedulingLoop:
             except Exception as error:  # the loop must outlive one bad iteration
                 if self._on_error is not None:
                     self._on_error(error)
-            self._wake.wait(timeout=self._interval_s)
+            took = time.monotonic() - began
+            # Rest at least as long as the iteration took: under a burst of submissions the
+            # loop gets at most half of the interpreter, and each cycle takes a bigger batch.
+            self._stop.wait(max(self._min_gap_s, took))
+            self._wake.wait(timeout=max(0.0, self._interval_s - took))
             self._wake.clear()
-            rest = self._min_gap_s - (time.monotonic() - began)
-            if rest > 0:
-                self._stop.wait(rest)
 
     # -- one iteration -----------------------------------------------------------------------
 
@@ -349,7 +354,7 @@ class SchedulingLoop:
     def cycle(self) -> CycleResult:
         began = time.perf_counter()
         now = self._clock.now_s()
-        with self._writer() as session, session.begin():
+        with self._reader() as session, session.begin():
             built = build_snapshot(session, now, self._settings)
         result = run_cycle(built.snapshot)
         counts = self._persist(built, result, now)
@@ -382,6 +387,7 @@ class SchedulingLoop:
             tasks: list[dict[str, object]] = []
             events: list[dict[str, object]] = []
             changed: dict[str, dict[str, object]] = {}
+            stops: list[dict[str, object]] = []
             for decision in result.decisions:
                 if decision.workload not in fresh:
                     continue
@@ -401,7 +407,7 @@ class SchedulingLoop:
                     events.append(_event_row(now, "bound", key, message, node))
                 elif isinstance(decision, Evict):
                     counts["evict"] += 1
-                    self._evict(session, by_name[decision.workload], key, decision, now, changed)
+                    self._evict(by_name[decision.workload], key, decision, now, changed, stops)
                     events.append(_event_row(now, "evicted", key, decision.reason))
                 else:
                     counts["move"] += 1
@@ -421,36 +427,37 @@ class SchedulingLoop:
                 session.execute(insert(TaskRow), tasks)
             if events:
                 session.execute(insert(EventRow), events)
-            for name, values in changed.items():
-                key = built.keys[name]
-                session.execute(
-                    update(WorkloadRow)
-                    .where(WorkloadRow.id == key.workload_id)
-                    .values(version=WorkloadRow.version + 1, **values)
+            if stops:
+                session.connection().execute(
+                    update(TASKS)
+                    .where(
+                        TASKS.c.workload_id == _bind("b_workload"),
+                        TASKS.c.task_index == _bind("b_index"),
+                        or_(*(TASKS.c.state == state for state in _ACTIVE)),
+                    )
+                    .values(
+                        state=TaskState.STOPPING.value, stop_requested_at=now, reason=_bind("why")
+                    ),
+                    stops,
                 )
+            _update_workloads(session, {built.keys[n].workload_id: v for n, v in changed.items()})
             self._store_pending_reasons(session, built, result, fresh)
         return counts
 
     def _evict(
         self,
-        session: Session,
         workload: Workload,
         key: WorkloadKey,
         decision: Evict,
         now: float,
         changed: dict[str, dict[str, object]],
+        stops: list[dict[str, object]],
     ) -> None:
-        query = update(TaskRow).where(
-            TaskRow.workload_id == key.workload_id, TaskRow.state.in_(_ACTIVE)
-        )
-        if decision.task_indices:
-            query = query.where(TaskRow.task_index.in_(decision.task_indices))
-        session.execute(
-            query.values(
-                state=TaskState.STOPPING.value,
-                stop_requested_at=now,
-                reason=f"{decision.cause.value}: {decision.reason}",
-            )
+        """Note the tasks to stop and the workload's new state (written in batches)."""
+        indices = decision.task_indices or tuple(p.task_index for p in workload.placements)
+        why = f"{decision.cause.value}: {decision.reason}"
+        stops.extend(
+            {"b_workload": key.workload_id, "b_index": index, "why": why} for index in indices
         )
         if decision.task_indices:
             return
@@ -459,7 +466,7 @@ class SchedulingLoop:
             values["status"] = WorkloadStatus.PENDING.value
             values["started_at"] = None
             values["pending_reason"] = f"preempted ({decision.cause.value}): {decision.reason}"
-            values["preemptions"] = WorkloadRow.preemptions + 1
+            values[_PREEMPTED] = True
         else:
             values["status"] = WorkloadStatus.FAILED.value
             values["finished_at"] = now
@@ -643,6 +650,28 @@ class SchedulingLoop:
 def _where(placement: TaskPlacement) -> str:
     devices = ",".join(str(d) for d in placement.physical_devices)
     return f"task {placement.task_index} on {placement.node} [{devices}]"
+
+
+def _update_workloads(session: Session, changes: dict[int, dict[str, object]]) -> None:
+    """Apply per-workload column changes with one executemany per set of columns, each
+    bumping `version` (and `preemptions` where `_PREEMPTED` is set)."""
+    groups: dict[tuple[str, ...], list[dict[str, object]]] = defaultdict(list)
+    for workload_id, values in changes.items():
+        columns = tuple(sorted(values))
+        params = {f"v_{c}": v for c, v in values.items() if c != _PREEMPTED}
+        params["b_workload"] = workload_id
+        groups[columns].append(params)
+    for columns, rows in groups.items():
+        assignments: dict[str, object] = {"version": WORKLOADS.c.version + 1}
+        for column in columns:
+            if column == _PREEMPTED:
+                assignments["preemptions"] = WORKLOADS.c.preemptions + 1
+            else:
+                assignments[column] = _bind(f"v_{column}")
+        session.connection().execute(
+            update(WORKLOADS).where(WORKLOADS.c.id == _bind("b_workload")).values(assignments),
+            rows,
+        )
 
 
 def _task_row(key: WorkloadKey, placement: TaskPlacement, now: float) -> dict[str, object]:

@@ -45,7 +45,7 @@ class ServerState:
             yield session
 
 
-def get_state(request: Request) -> ServerState:
+async def get_state(request: Request) -> ServerState:
     state: ServerState = request.app.state.gpupool
     return state
 

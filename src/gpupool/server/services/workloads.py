@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
@@ -29,26 +30,29 @@ FINISHED = (WorkloadStatus.COMPLETED.value, WorkloadStatus.FAILED.value)
 
 
 def submit(session: Session, body: WorkloadIn, who: Principal, now_s: float) -> WorkloadOut:
-    project = session.execute(
-        select(ProjectRow).where(ProjectRow.name == body.project)
-    ).scalar_one_or_none()
-    if project is None or project.is_department:
-        what = "is a department" if project else "does not exist"
+    """Store a submission. One read (the project and any workload of that name in it) and
+    two inserts: this is the API's hottest path."""
+    found = session.execute(
+        select(ProjectRow.id, ProjectRow.is_department, WorkloadRow.status)
+        .select_from(ProjectRow)
+        .outerjoin(
+            WorkloadRow,
+            (WorkloadRow.project_id == ProjectRow.id) & (WorkloadRow.name == body.name),
+        )
+        .where(ProjectRow.name == body.project)
+    ).first()
+    if found is None or found.is_department:
+        what = "is a department" if found else "does not exist"
         raise invalid(
             f"project {body.project!r} {what}: submit to one of your projects "
             "(gpupool projects lists them)",
             "project",
         )
-    who.require_project(project.name)
-    taken = session.execute(
-        select(WorkloadRow.status).where(
-            WorkloadRow.project_id == project.id, WorkloadRow.name == body.name
-        )
-    ).scalar_one_or_none()
-    if taken is not None:
+    who.require_project(body.project)
+    if found.status is not None:
         raise conflict(
-            f"project {project.name!r} already has a workload named {body.name!r} ({taken}): "
-            "pick another name, or delete the old one first",
+            f"project {body.project!r} already has a workload named {body.name!r} "
+            f"({found.status}): pick another name, or delete the old one first",
             "name",
         )
     amount = body.gpu_amount
@@ -64,37 +68,40 @@ def submit(session: Session, body: WorkloadIn, who: Principal, now_s: float) -> 
             "train",
             "preemptible",
         )
-    row = WorkloadRow(
-        name=body.name,
-        project_id=project.id,
-        type=body.type.value,
-        status=WorkloadStatus.PENDING.value,
-        version=1,
-        gpu_kind=kind.value,
-        gpu_amount=gpu_amount,
-        gpu_limit_milli=body.gpu_limit_milli,
-        tasks=body.tasks,
-        min_available=body.min_available,
-        priority=body.priority,
-        preemptible=body.preemptible,
-        cpu_milli=body.cpu_milli,
-        memory_mib=body.memory_mib,
-        node_selector=body.node_selector,
-        command=body.command,
-        env=body.env,
-        duration_s=body.duration_s,
-        grace_period_s=body.grace_period_s,
-        submitted_by=who.name,
-        submitted_at=now_s,
-        pending_reason="waiting for the next scheduling cycle",
-        preemptions=0,
-        working_dir=body.working_dir,
-    )
-    row.project = project
-    session.add(row)
-    session.flush()
-    add_event(session, now_s, "submitted", project.name, body.name, f"submitted by {who.name}")
-    return view(row, running_tasks=0)
+    values: dict[str, Any] = {
+        "name": body.name,
+        "project_id": found.id,
+        "type": body.type.value,
+        "status": WorkloadStatus.PENDING.value,
+        "version": 1,
+        "gpu_kind": kind.value,
+        "gpu_amount": gpu_amount,
+        "gpu_limit_milli": body.gpu_limit_milli,
+        "tasks": body.tasks,
+        "min_available": body.min_available,
+        "priority": body.priority,
+        "preemptible": body.preemptible,
+        "cpu_milli": body.cpu_milli,
+        "memory_mib": body.memory_mib,
+        "node_selector": body.node_selector,
+        "command": body.command,
+        "env": body.env,
+        "duration_s": body.duration_s,
+        "grace_period_s": body.grace_period_s,
+        "submitted_by": who.name,
+        "submitted_at": now_s,
+        "pending_reason": "waiting for the next scheduling cycle",
+        "preemptions": 0,
+        "working_dir": body.working_dir,
+    }
+    workload_id = session.execute(_INSERT_WORKLOAD, values).scalar_one()
+    add_event(session, now_s, "submitted", body.project, body.name, f"submitted by {who.name}")
+    row = WorkloadRow(id=workload_id, **values)
+    return view(row, running_tasks=0, project=body.project)
+
+
+_INSERT_WORKLOAD = insert(WorkloadRow).returning(WorkloadRow.id)
+_INSERT_EVENT = insert(EventRow)
 
 
 def add_event(
@@ -107,9 +114,15 @@ def add_event(
     node: str | None = None,
 ) -> None:
     session.execute(
-        insert(EventRow).values(
-            at=at_s, kind=kind, project=project, workload=workload, node=node, message=message
-        )
+        _INSERT_EVENT,
+        {
+            "at": at_s,
+            "kind": kind,
+            "project": project,
+            "workload": workload,
+            "node": node,
+            "message": message,
+        },
     )
 
 
@@ -270,12 +283,12 @@ def gpu_milli_per_task(row: WorkloadRow) -> int | None:
     return None
 
 
-def view(row: WorkloadRow, running_tasks: int) -> WorkloadOut:
+def view(row: WorkloadRow, running_tasks: int, project: str | None = None) -> WorkloadOut:
     core_type = CoreType(row.type)
     return WorkloadOut(
         id=row.id,
         name=row.name,
-        project=row.project.name,
+        project=project or row.project.name,
         type=WorkloadType(row.type),
         status=WorkloadStatus(row.status),
         gpu_kind=row.gpu_kind,
