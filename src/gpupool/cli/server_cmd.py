@@ -50,7 +50,7 @@ def server(
     ] = 1.0,
     max_reclaims_per_cycle: Annotated[
         int, typer.Option(help="Reclaim attempts per cycle (bounds one cycle's work).")
-    ] = 256,
+    ] = 1024,
     access_log: Annotated[bool, typer.Option(help="Log every request.")] = False,
 ) -> None:
     """Run the control-plane service: API, database and scheduling loop."""

@@ -99,7 +99,11 @@ def reclaim(ctx: CycleContext) -> None:
             failed.add(key)
             _append_reason(ctx, work, _NOTHING_TO_RECLAIM)
             continue
-        candidates = (u for u in victims if u.work.project in eligible)
+        # Victims evicted earlier in this cycle are passed over here rather than counted
+        # against the per-attempt bound on candidates examined.
+        candidates = (
+            u for u in victims if u.work.project in eligible and u.work.state is WorkState.RUNNING
+        )
 
         def justify(
             victim: WorkRecord,
