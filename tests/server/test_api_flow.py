@@ -172,3 +172,29 @@ def test_project_with_work_cannot_be_deleted(live_server: LiveServer) -> None:
             lambda: http.delete("/api/v1/projects/team-a").status_code == 204,
             what="the project to be deletable",
         )
+
+
+def test_concurrent_submissions_are_committed_together_and_fail_alone(
+    live_server: LiveServer,
+) -> None:
+    """Group commit: a burst is written in few transactions, yet each answer is its own: one
+    of twenty identical names wins, the rest get 409, and every 201 is stored."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with live_server.client() as http:
+        _project(http, "team-a", 8)
+
+    def post(name: str) -> int:
+        with live_server.client() as client:
+            body = {"name": name, "project": "team-a", "gpu": 0.5}
+            return client.post("/api/v1/workloads", json=body).status_code
+
+    names = ["same"] * 20 + [f"own-{i}" for i in range(40)]
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        codes = dict(zip(range(len(names)), pool.map(post, names), strict=True))
+    same = [codes[i] for i, name in enumerate(names) if name == "same"]
+    assert sorted(same) == [201] + [409] * 19
+    assert all(codes[i] == 201 for i, name in enumerate(names) if name != "same")
+    with live_server.client() as http:
+        stored = http.get("/api/v1/workloads", params={"project": "team-a"}).json()
+        assert stored["total"] == 41

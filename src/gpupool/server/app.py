@@ -20,6 +20,7 @@ from gpupool.executors.local import LocalExecutor
 from gpupool.executors.simulated import SimulatedExecutor, parse_simulated_nodes
 from gpupool.server import migrate
 from gpupool.server.auth import TokenCache
+from gpupool.server.batcher import SubmitBatcher
 from gpupool.server.db import make_engine, make_sessionmakers
 from gpupool.server.errors import ApiError
 from gpupool.server.metrics import ServerMetrics
@@ -87,8 +88,9 @@ def create_app(
         on_error=report,
         reader=reader,
     )
+    submitter = SubmitBatcher(writer, clock, loop.wake)
     state = ServerState(
-        settings, engine, writer, reader, executor, clock, metrics, loop, TokenCache()
+        settings, engine, writer, reader, executor, clock, metrics, loop, TokenCache(), submitter
     )
 
     @asynccontextmanager
@@ -102,11 +104,13 @@ def create_app(
                 f"  log in with: gpupool login --server http://{settings.host}:{settings.port} "
                 f"--token-file {token_file}"
             )
+        submitter.start()
         if settings.run_scheduler:
             loop.start()
         try:
             yield
         finally:
+            submitter.stop()
             loop.stop()
             if settings.stop_tasks_on_shutdown:
                 executor.stop_all(timeout_s=30)

@@ -53,6 +53,7 @@ WORKLOADS = cast(Table, WorkloadRow.__table__)
 
 _LIVE = (TaskState.STARTING.value, TaskState.RUNNING.value, TaskState.STOPPING.value)
 _ACTIVE = (TaskState.STARTING.value, TaskState.RUNNING.value)
+_MAX_REST_S = 0.5
 _PREEMPTED = "_preempted"
 """Marks a workload change that counts one more preemption."""
 COMPLETED = "completed"
@@ -124,9 +125,10 @@ class SchedulingLoop:
                 if self._on_error is not None:
                     self._on_error(error)
             took = time.monotonic() - began
-            # Rest at least as long as the iteration took: under a burst of submissions the
-            # loop gets at most half of the interpreter, and each cycle takes a bigger batch.
-            self._stop.wait(max(self._min_gap_s, took))
+            # Rest as long as the iteration took (up to a bound): under a burst of submissions
+            # the loop gets about half of the interpreter and each cycle takes a bigger batch,
+            # while the work that arrived meanwhile waits at most `_MAX_REST_S` more.
+            self._stop.wait(min(_MAX_REST_S, max(self._min_gap_s, took)))
             self._wake.wait(timeout=max(0.0, self._interval_s - took))
             self._wake.clear()
 

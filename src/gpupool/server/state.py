@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpupool.clock import Clock
 from gpupool.executors.base import Executor
 from gpupool.server.auth import Principal, TokenCache
+from gpupool.server.batcher import SubmitBatcher
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.scheduler import SchedulingLoop
 from gpupool.server.settings import ServerSettings
@@ -31,6 +32,7 @@ class ServerState:
     metrics: ServerMetrics
     loop: SchedulingLoop
     tokens: TokenCache
+    submitter: SubmitBatcher
 
     @contextmanager
     def write(self) -> Iterator[Session]:

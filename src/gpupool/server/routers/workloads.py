@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from sqlalchemy import select
 
 from gpupool.api.schemas import (
@@ -28,10 +28,11 @@ router = APIRouter(prefix="/api/v1", tags=["workloads"], responses=ERROR_RESPONS
 MAX_LOG_CHUNK = 1 << 20
 
 
-@router.post("/workloads", status_code=201)
-def submit(body: WorkloadIn, state: State, caller: Caller) -> WorkloadOut:
-    with state.write() as session:
-        return workloads.submit(session, body, caller, state.clock.now_s())
+@router.post("/workloads", status_code=201, response_model=WorkloadOut)
+async def submit(body: WorkloadIn, state: State, caller: Caller) -> Response:
+    """Answered once the submission is committed (group commit with concurrent ones)."""
+    out = await state.submitter.submit(body, caller)
+    return Response(out.model_dump_json(), status_code=201, media_type="application/json")
 
 
 @router.get("/workloads")
