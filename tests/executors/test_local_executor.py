@@ -215,3 +215,31 @@ def test_a_bursting_dynamic_fraction_is_preempted_when_the_memory_is_claimed(
     assert end.stopped, end
     assert "bursting to 60000 MiB" in end.reason and "will run again" in end.reason
     assert "o1" in setup.executor.alive()
+
+
+def test_the_torch_hook_caps_a_fractional_task_on_each_visible_device(
+    setup: Setup, tmp_path: Path
+) -> None:
+    """A stand-in `torch` package (CUDA "available", two devices) records the calls the
+    start-up hook makes when the task imports it."""
+    fake = tmp_path / "fake-torch" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "calls = []\n"
+        "class cuda:\n"
+        "    @staticmethod\n"
+        "    def is_available(): return True\n"
+        "    @staticmethod\n"
+        "    def device_count(): return 2\n"
+        "    @staticmethod\n"
+        "    def set_per_process_memory_fraction(fraction, device):\n"
+        "        calls.append((fraction, device))\n"
+    )
+    code = "import torch, os; print(torch.calls, os.environ.get('GPUPOOL_TORCH_FRACTION_APPLIED'))"
+    env = (("PYTHONPATH", str(fake.parent)),)
+    setup.executor.start([_launch("h1", code, gpu_milli=250, gpu_memory_mib=20480, env=env)])
+    setup.ended("h1")
+    assert setup.log("h1").splitlines()[0] == "[(0.25, 0), (0.25, 1)] 0.25"
+    setup.executor.start([_launch("h2", code, env=env)])  # a whole GPU: no cap
+    setup.ended("h2")
+    assert setup.log("h2").splitlines()[0] == "[] None"
