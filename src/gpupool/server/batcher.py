@@ -3,8 +3,8 @@ transaction, and each is answered only after its transaction committed.
 
 A burst of submissions is the API's hardest load. Writes to SQLite are serialized anyway; doing
 them on one thread, in batches, saves each request a thread hop, a transaction of its own and
-the contention of many threads for one write lock. Each submission runs in a savepoint, so a bad
-one (a name taken) fails alone.
+the contention of many threads for one write lock, and on PostgreSQL most of the round trips:
+a batch is two reads and two multi-row inserts. A bad submission (a name taken) fails alone.
 """
 
 from __future__ import annotations
@@ -82,32 +82,38 @@ class SubmitBatcher:
                 return
 
     def _write(self, batch: list[_Request]) -> None:
-        outcomes: list[WorkloadOut | BaseException] = []
+        outcomes: list[WorkloadOut | BaseException]
         try:
-            with self._writer.begin() as session:
-                now = self._clock.now_s()
-                for request in batch:
-                    try:
-                        with session.begin_nested():
-                            outcomes.append(
-                                workloads.submit(session, request.body, request.who, now)
-                            )
-                    except ApiError as error:
-                        outcomes.append(error)
-                    except IntegrityError:
-                        outcomes.append(
-                            conflict(
-                                f"project {request.body.project!r} already has a workload "
-                                f"named {request.body.name!r}: pick another name",
-                                "name",
-                            )
+            outcomes = list(self._commit(batch))
+        except IntegrityError:
+            # Another writer took a name meanwhile: each on its own, to find which.
+            outcomes = []
+            for request in batch:
+                try:
+                    outcomes.extend(self._commit([request]))
+                except IntegrityError:
+                    outcomes.append(
+                        conflict(
+                            f"project {request.body.project!r} already has a workload named "
+                            f"{request.body.name!r}: pick another name",
+                            "name",
                         )
+                    )
+                except Exception as error:
+                    outcomes.append(error)
         except Exception as error:  # nothing in this batch was stored: say so to each
             outcomes = [error] * len(batch)
-        else:
-            self._on_commit()
         for request, outcome in zip(batch, outcomes, strict=True):
             request.loop.call_soon_threadsafe(_settle, request.future, outcome)
+
+    def _commit(self, batch: list[_Request]) -> list[WorkloadOut | ApiError]:
+        with self._writer.begin() as session:
+            now = self._clock.now_s()
+            outcomes = workloads.submit_many(
+                session, [(request.body, request.who) for request in batch], now
+            )
+        self._on_commit()
+        return outcomes
 
 
 def _settle(future: asyncio.Future[WorkloadOut], outcome: WorkloadOut | BaseException) -> None:

@@ -23,36 +23,106 @@ from gpupool.core.model import GpuRequestKind
 from gpupool.core.model import WorkloadType as CoreType
 from gpupool.server.auth import Principal
 from gpupool.server.db import EventRow, ProjectRow, TaskRow, WorkloadRow
-from gpupool.server.errors import conflict, invalid, not_found
+from gpupool.server.errors import ApiError, conflict, invalid, not_found
 
 LIVE_TASK_STATES = (TaskState.STARTING.value, TaskState.RUNNING.value, TaskState.STOPPING.value)
 FINISHED = (WorkloadStatus.COMPLETED.value, WorkloadStatus.FAILED.value)
 
 
 def submit(session: Session, body: WorkloadIn, who: Principal, now_s: float) -> WorkloadOut:
-    """Store a submission. One read (the project and any workload of that name in it) and
-    two inserts: this is the API's hottest path."""
-    found = session.execute(
-        select(ProjectRow.id, ProjectRow.is_department, WorkloadRow.status)
-        .select_from(ProjectRow)
-        .outerjoin(
-            WorkloadRow,
-            (WorkloadRow.project_id == ProjectRow.id) & (WorkloadRow.name == body.name),
+    """Store one submission; `ApiError` with the field and the fix if it cannot be."""
+    (outcome,) = submit_many(session, [(body, who)], now_s)
+    if isinstance(outcome, ApiError):
+        raise outcome
+    return outcome
+
+
+def submit_many(
+    session: Session, requests: Sequence[tuple[WorkloadIn, Principal]], now_s: float
+) -> list[WorkloadOut | ApiError]:
+    """Store submissions together: two reads and two multi-row inserts however many there are
+    (the API's hottest path, and a round trip per statement on PostgreSQL). Each gets its own
+    outcome: the stored workload, or why it was refused; one refusal stores nothing wrong."""
+    project_names = sorted({body.project for body, _ in requests})
+    projects = {
+        row.name: row
+        for row in session.execute(
+            select(ProjectRow.id, ProjectRow.name, ProjectRow.is_department).where(
+                ProjectRow.name.in_(project_names)
+            )
         )
-        .where(ProjectRow.name == body.project)
-    ).first()
-    if found is None or found.is_department:
-        what = "is a department" if found else "does not exist"
+    }
+    taken: dict[tuple[int, str], str] = {
+        (row.project_id, row.name): row.status
+        for row in session.execute(
+            select(WorkloadRow.project_id, WorkloadRow.name, WorkloadRow.status).where(
+                WorkloadRow.name.in_(sorted({body.name for body, _ in requests}))
+            )
+        )
+    }
+    outcomes: list[WorkloadOut | ApiError | None] = []
+    rows: list[dict[str, Any]] = []
+    for body, who in requests:
+        try:
+            project = projects.get(body.project)
+            values = _workload_values(body, who, project, taken, now_s)
+        except ApiError as error:
+            outcomes.append(error)
+            continue
+        taken[(values["project_id"], body.name)] = values["status"]
+        rows.append(values)
+        outcomes.append(None)
+    if rows:
+        ids = session.scalars(_INSERT_WORKLOAD, rows).all()
+        session.execute(
+            _INSERT_EVENT,
+            [
+                {
+                    "at": now_s,
+                    "kind": "submitted",
+                    "project": _project_of(values, projects),
+                    "workload": values["name"],
+                    "node": None,
+                    "message": f"submitted by {values['submitted_by']}",
+                }
+                for values in rows
+            ],
+        )
+        stored = iter(zip(ids, rows, strict=True))
+        for index, outcome in enumerate(outcomes):
+            if outcome is None:
+                workload_id, values = next(stored)
+                row = WorkloadRow(id=workload_id, **values)
+                outcomes[index] = view(row, 0, project=_project_of(values, projects))
+    return [outcome for outcome in outcomes if outcome is not None]
+
+
+def _project_of(values: dict[str, Any], projects: dict[str, Any]) -> str:
+    (name,) = (name for name, row in projects.items() if row.id == values["project_id"])
+    return name
+
+
+def _workload_values(
+    body: WorkloadIn,
+    who: Principal,
+    project: Any,
+    taken: dict[tuple[int, str], str],
+    now_s: float,
+) -> dict[str, Any]:
+    """The row of an acceptable submission, or `ApiError` saying why it is not."""
+    if project is None or project.is_department:
+        what = "is a department" if project else "does not exist"
         raise invalid(
             f"project {body.project!r} {what}: submit to one of your projects "
             "(gpupool projects lists them)",
             "project",
         )
     who.require_project(body.project)
-    if found.status is not None:
+    status = taken.get((project.id, body.name))
+    if status is not None:
         raise conflict(
             f"project {body.project!r} already has a workload named {body.name!r} "
-            f"({found.status}): pick another name, or delete the old one first",
+            f"({status}): pick another name, or delete the old one first",
             "name",
         )
     amount = body.gpu_amount
@@ -68,9 +138,9 @@ def submit(session: Session, body: WorkloadIn, who: Principal, now_s: float) -> 
             "train",
             "preemptible",
         )
-    values: dict[str, Any] = {
+    return {
         "name": body.name,
-        "project_id": found.id,
+        "project_id": project.id,
         "type": body.type.value,
         "status": WorkloadStatus.PENDING.value,
         "version": 1,
@@ -94,13 +164,9 @@ def submit(session: Session, body: WorkloadIn, who: Principal, now_s: float) -> 
         "preemptions": 0,
         "working_dir": body.working_dir,
     }
-    workload_id = session.execute(_INSERT_WORKLOAD, values).scalar_one()
-    add_event(session, now_s, "submitted", body.project, body.name, f"submitted by {who.name}")
-    row = WorkloadRow(id=workload_id, **values)
-    return view(row, running_tasks=0, project=body.project)
 
 
-_INSERT_WORKLOAD = insert(WorkloadRow).returning(WorkloadRow.id)
+_INSERT_WORKLOAD = insert(WorkloadRow).returning(WorkloadRow.id, sort_by_parameter_order=True)
 _INSERT_EVENT = insert(EventRow)
 
 
