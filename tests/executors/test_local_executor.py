@@ -224,6 +224,7 @@ def test_the_torch_hook_caps_a_fractional_task_on_each_visible_device(
     start-up hook makes when the task imports it."""
     fake = tmp_path / "fake-torch" / "torch"
     fake.mkdir(parents=True)
+    (fake.parent / "sitecustomize.py").write_text("print('own sitecustomize ran')\n")
     (fake / "__init__.py").write_text(
         "calls = []\n"
         "class cuda:\n"
@@ -239,7 +240,10 @@ def test_the_torch_hook_caps_a_fractional_task_on_each_visible_device(
     env = (("PYTHONPATH", str(fake.parent)),)
     setup.executor.start([_launch("h1", code, gpu_milli=250, gpu_memory_mib=20480, env=env)])
     setup.ended("h1")
-    assert setup.log("h1").splitlines()[0] == "[(0.25, 0), (0.25, 1)] 0.25"
+    assert setup.log("h1").splitlines()[:2] == [
+        "own sitecustomize ran",
+        "[(0.25, 0), (0.25, 1)] 0.25",
+    ]
     setup.executor.start([_launch("h2", code, env=env)])  # a whole GPU: no cap
     setup.ended("h2")
-    assert setup.log("h2").splitlines()[0] == "[] None"
+    assert setup.log("h2").splitlines()[:2] == ["own sitecustomize ran", "[] None"]

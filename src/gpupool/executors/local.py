@@ -254,7 +254,8 @@ class LocalExecutor:
             fake_gpu_report_dir=report_dir,
         )
         command = list(launch.command) or ["sh", "-c", "echo 'gpupool: no command given' >&2"]
-        args = [self._python, "-m", "gpupool.executors.shim", str(self.state_dir)]
+        # -I: the shim ignores the task's PYTHONPATH (and any sitecustomize on it).
+        args = [self._python, "-I", "-m", "gpupool.executors.shim", str(self.state_dir)]
         args += [launch.launch_id, "--", *command]
         with run.log_path.open("ab") as log:
             try:

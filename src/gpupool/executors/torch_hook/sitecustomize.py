@@ -3,6 +3,7 @@
 When the task imports torch, cap its memory on each visible device at the fraction it was given
 (`torch.cuda.set_per_process_memory_fraction`), so that two tasks sharing a device cannot take
 each other's memory by accident. Nothing happens if torch is never imported or has no CUDA.
+A `sitecustomize` of the task's own environment, which this one shadows, is run afterwards.
 """
 
 from __future__ import annotations
@@ -48,5 +49,20 @@ class _TorchWatcher(importlib.abc.MetaPathFinder):
         return spec
 
 
+def _run_shadowed_sitecustomize() -> None:
+    """Run the next `sitecustomize` on the path after this one, as Python would have."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for entry in sys.path:
+        if not entry or os.path.abspath(entry) == here:
+            continue
+        candidate = os.path.join(entry, "sitecustomize.py")
+        if os.path.isfile(candidate):
+            with open(candidate, encoding="utf-8") as source:
+                code = compile(source.read(), candidate, "exec")
+            exec(code, {"__name__": "sitecustomize", "__file__": candidate})
+            return
+
+
 if os.environ.get("GPUPOOL_GPU_FRACTION"):
     sys.meta_path.insert(0, _TorchWatcher())
+_run_shadowed_sitecustomize()
