@@ -705,6 +705,9 @@ QuotaOption = Annotated[str | None, typer.Option(metavar="GPUS", help="Guarantee
 WeightOption = Annotated[int | None, typer.Option(help="Over-quota weight (default 1).")]
 LimitOption = Annotated[str | None, typer.Option(metavar="GPUS", help="At most this many GPUs.")]
 NoLimitOption = Annotated[bool, typer.Option("--no-limit", help="Remove the limit.")]
+MinRuntimeOption = Annotated[
+    int | None, typer.Option("--min-runtime", metavar="SECONDS", help="Not preempted before.")
+]
 PriorityOption = Annotated[int | None, typer.Option(help="Over-quota priority (default 0).")]
 
 
@@ -740,9 +743,7 @@ def project_create(
     weight: WeightOption = None,
     limit_gpu: LimitOption = None,
     priority: PriorityOption = None,
-    min_runtime_s: Annotated[
-        int | None, typer.Option("--min-runtime", metavar="SECONDS", help="Not preempted before.")
-    ] = None,
+    min_runtime_s: MinRuntimeOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """Create a project."""
@@ -764,9 +765,7 @@ def project_set(
     limit_gpu: LimitOption = None,
     no_limit: NoLimitOption = False,
     priority: PriorityOption = None,
-    min_runtime_s: Annotated[
-        int | None, typer.Option("--min-runtime", metavar="SECONDS", help="Not preempted before.")
-    ] = None,
+    min_runtime_s: MinRuntimeOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """Change a project's quota, weight, limit or priority; other fields keep their values."""

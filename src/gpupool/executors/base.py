@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
@@ -12,8 +12,11 @@ __all__ = [
     "Exit",
     "Launch",
     "NodeInventory",
+    "RunRecord",
     "Stop",
     "UsageSample",
+    "running_launches",
+    "unacknowledged_exits",
 ]
 
 
@@ -117,6 +120,23 @@ class UsageSample:
     device_index: int
     utilization_percent: int
     memory_used_mib: int
+
+
+class RunRecord(Protocol):
+    """What every executor keeps per launch, whatever else it keeps."""
+
+    ended: Exit | None
+    acknowledged: bool
+
+
+def running_launches(runs: Mapping[str, RunRecord]) -> set[str]:
+    """Launch ids started and not ended."""
+    return {launch_id for launch_id, run in runs.items() if run.ended is None}
+
+
+def unacknowledged_exits(runs: Mapping[str, RunRecord]) -> list[Exit]:
+    """Ended launches whose end the server has not acknowledged yet."""
+    return [run.ended for run in runs.values() if run.ended is not None and not run.acknowledged]
 
 
 class Executor(Protocol):

@@ -28,7 +28,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpupool.clock import Clock
-from gpupool.executors.base import DeviceInfo, Exit, Launch, NodeInventory, Stop, UsageSample
+from gpupool.executors.base import (
+    DeviceInfo,
+    Exit,
+    Launch,
+    NodeInventory,
+    Stop,
+    UsageSample,
+    running_launches,
+    unacknowledged_exits,
+)
 from gpupool.executors.gpus import DeclaredBackend, GpuBackend
 from gpupool.executors.taskenv import task_environment
 
@@ -157,7 +166,7 @@ class LocalExecutor:
     def alive(self) -> set[str]:
         with self._lock:
             self._poll()
-            return {launch_id for launch_id, run in self._runs.items() if run.ended is None}
+            return running_launches(self._runs)
 
     def known(self, launch_ids: Sequence[str]) -> set[str]:
         with self._lock:
@@ -166,11 +175,7 @@ class LocalExecutor:
     def exits(self) -> Sequence[Exit]:
         with self._lock:
             self._poll()
-            return [
-                run.ended
-                for run in self._runs.values()
-                if run.ended is not None and not run.acknowledged
-            ]
+            return unacknowledged_exits(self._runs)
 
     def acknowledge(self, launch_ids: Sequence[str]) -> None:
         with self._lock:

@@ -19,7 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.clock import Clock
-from gpupool.executors.base import DeviceInfo, Exit, Launch, NodeInventory, Stop, UsageSample
+from gpupool.executors.base import (
+    DeviceInfo,
+    Exit,
+    Launch,
+    NodeInventory,
+    Stop,
+    UsageSample,
+    running_launches,
+    unacknowledged_exits,
+)
 from gpupool.units import parse_memory_mib
 
 __all__ = ["SimulatedExecutor", "parse_simulated_nodes"]
@@ -109,7 +118,7 @@ class SimulatedExecutor:
     def alive(self) -> set[str]:
         with self._lock:
             self._finish_due()
-            return {launch_id for launch_id, run in self._runs.items() if run.ended is None}
+            return running_launches(self._runs)
 
     def known(self, launch_ids: Sequence[str]) -> set[str]:
         with self._lock:
@@ -118,11 +127,7 @@ class SimulatedExecutor:
     def exits(self) -> Sequence[Exit]:
         with self._lock:
             self._finish_due()
-            return [
-                run.ended
-                for run in self._runs.values()
-                if run.ended is not None and not run.acknowledged
-            ]
+            return unacknowledged_exits(self._runs)
 
     def acknowledge(self, launch_ids: Sequence[str]) -> None:
         with self._lock:

@@ -73,6 +73,7 @@ def submit_many(
         rows.append(values)
         outcomes.append(None)
     if rows:
+        name_of = {row.id: name for name, row in projects.items()}
         ids = session.scalars(_INSERT_WORKLOAD, rows).all()
         session.execute(
             _INSERT_EVENT,
@@ -80,7 +81,7 @@ def submit_many(
                 {
                     "at": now_s,
                     "kind": "submitted",
-                    "project": _project_of(values, projects),
+                    "project": name_of[values["project_id"]],
                     "workload": values["name"],
                     "node": None,
                     "message": f"submitted by {values['submitted_by']}",
@@ -93,13 +94,8 @@ def submit_many(
             if outcome is None:
                 workload_id, values = next(stored)
                 row = WorkloadRow(id=workload_id, **values)
-                outcomes[index] = view(row, 0, project=_project_of(values, projects))
+                outcomes[index] = view(row, 0, project=name_of[values["project_id"]])
     return [outcome for outcome in outcomes if outcome is not None]
-
-
-def _project_of(values: dict[str, Any], projects: dict[str, Any]) -> str:
-    (name,) = (name for name, row in projects.items() if row.id == values["project_id"])
-    return name
 
 
 def _workload_values(
