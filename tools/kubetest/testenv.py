@@ -132,11 +132,16 @@ def binaries_ready(directory: Path | None = None) -> bool:
 def missing_prerequisite() -> str | None:
     """Why binaries cannot be built here, or None. Cached binaries need no Go."""
     if binaries_ready():
-        return None if shutil.which("openssl") else "openssl is not installed (apt-get install openssl)"
+        return (
+            None
+            if shutil.which("openssl")
+            else "openssl is not installed (apt-get install openssl)"
+        )
     if shutil.which("go") is None:
         return (
             "Go is not installed, and the Kubernetes test binaries are not cached in "
-            f"{bin_dir()}: install Go (https://go.dev/doc/install) and run scripts/kube-testenv build"
+            f"{bin_dir()}: install Go (https://go.dev/doc/install), then run "
+            "scripts/kube-testenv build"
         )
     if shutil.which("openssl") is None:
         return "openssl is not installed (apt-get install openssl)"
@@ -270,7 +275,9 @@ def _go_build(
             f"go build in {module} failed ({completed.returncode}):\n"
             f"{completed.stdout}{completed.stderr}"
         )
-    log(f"  {', '.join(p.rsplit('/', 1)[-1] for p in packages)}: {time.monotonic() - started:.0f} s")
+    log(
+        f"  {', '.join(p.rsplit('/', 1)[-1] for p in packages)}: {time.monotonic() - started:.0f} s"
+    )
 
 
 # --- running a control plane -----------------------------------------------------------------
@@ -542,7 +549,10 @@ class ControlPlane:
         return self
 
     def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.stop()
 
@@ -617,7 +627,9 @@ class ControlPlane:
             except (OSError, urllib.error.URLError) as error:
                 last = str(error)
             time.sleep(0.2)
-        raise TestEnvError(f"{name} not ready after {timeout_s:.0f} s ({last}):\n{self.log_tail(name)}")
+        raise TestEnvError(
+            f"{name} not ready after {timeout_s:.0f} s ({last}):\n{self.log_tail(name)}"
+        )
 
     def wait_ready(self, timeout_s: float = 60) -> None:
         self._wait_http(f"{self.server}/readyz", "apiserver", timeout_s)

@@ -1,0 +1,133 @@
+"""What Kubernetes tests do again and again: fake GPU nodes (KWOK), pods, waiting on state."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import testenv
+from lightkube import Client, KubeConfig
+from lightkube.core.exceptions import ApiError
+from lightkube.models.core_v1 import NodeSpec, NodeStatus, Taint
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace, Node, Pod
+
+T = TypeVar("T")
+_names = itertools.count()
+
+
+def unique(prefix: str) -> str:
+    """A name no other test of this run uses (tests share one API server)."""
+    return f"{prefix}-{os.getpid() % 10000}-{next(_names)}"
+
+
+def wait_for(
+    what: str, probe: Callable[[], T | None], timeout_s: float = 30.0, every_s: float = 0.1
+) -> T:
+    """Poll `probe` until it returns something truthy; fail with `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: {last!r})")
+
+
+class Cluster:
+    """A lightkube client on a control plane, and clean-up of what tests create through it."""
+
+    def __init__(self, plane: testenv.ControlPlane) -> None:
+        self.plane = plane
+        self.client = Client(KubeConfig.from_file(plane.kubeconfig).get(), field_manager="tests")
+        self._nodes: list[str] = []
+        self._namespaces: list[str] = []
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cleanup()
+
+    def cleanup(self) -> None:
+        for name in self._namespaces:
+            with contextlib.suppress(ApiError):
+                self.client.delete(Namespace, name)
+        for name in self._nodes:
+            with contextlib.suppress(ApiError):
+                self.client.delete(Node, name)
+
+    def add_gpu_node(
+        self,
+        name: str,
+        gpus: int = 8,
+        memory_mib: int = 81920,
+        product: str = "NVIDIA-A100-SXM4-80GB",
+        labels: Mapping[str, str] | None = None,
+        taints: list[Taint] | None = None,
+        cpu: str = "64",
+        memory: str = "512Gi",
+    ) -> str:
+        """A KWOK node (fake kubelet) with `gpus` devices as NVIDIA's feature discovery labels
+        them."""
+        key, value = testenv.FAKE_NODE_ANNOTATION
+        node = Node(
+            metadata=ObjectMeta(
+                name=name,
+                annotations={key: value},
+                labels={
+                    "kubernetes.io/hostname": name,
+                    "nvidia.com/gpu.product": product,
+                    "nvidia.com/gpu.memory": str(memory_mib),
+                    "nvidia.com/gpu.count": str(gpus),
+                    **(labels or {}),
+                },
+            ),
+            spec=NodeSpec(taints=taints),
+            status=NodeStatus(
+                allocatable={
+                    "cpu": cpu,
+                    "memory": memory,
+                    "pods": "110",
+                    "nvidia.com/gpu": str(gpus),
+                },
+                capacity={"cpu": cpu, "memory": memory, "pods": "110", "nvidia.com/gpu": str(gpus)},
+            ),
+        )
+        self.client.create(node)
+        self._nodes.append(name)
+        return name
+
+    def wait_node_ready(self, name: str, timeout_s: float = 60) -> None:
+        def ready() -> bool:
+            node = self.client.get(Node, name)
+            conditions = (node.status.conditions if node.status else None) or []
+            taints = (node.spec.taints if node.spec else None) or []
+            return any(c.type == "Ready" and c.status == "True" for c in conditions) and not any(
+                t.key == "node.kubernetes.io/not-ready" for t in taints
+            )
+
+        wait_for(f"node {name} ready", ready, timeout_s)
+
+    def add_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> str:
+        self.client.create(Namespace(metadata=ObjectMeta(name=name, labels=dict(labels or {}))))
+        self._namespaces.append(name)
+        return name
+
+    def forget_namespace(self, name: str) -> None:
+        """Delete `name` at clean-up (created by someone else, such as gpupool)."""
+        self._namespaces.append(name)
+
+    def pods(self, namespace: str, labels: Mapping[str, Any] | None = None) -> Iterator[Pod]:
+        return iter(self.client.list(Pod, namespace=namespace, labels=labels or {}))
