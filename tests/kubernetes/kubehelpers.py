@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
@@ -131,3 +134,95 @@ class Cluster:
 
     def pods(self, namespace: str, labels: Mapping[str, Any] | None = None) -> Iterator[Pod]:
         return iter(self.client.list(Pod, namespace=namespace, labels=labels or {}))
+
+
+class FakeDevicePlugin:
+    """Plays the NVIDIA device plugin and the reservation container for KWOK nodes.
+
+    KWOK runs no containers, so when gpupool binds a reservation pod this starts gpupool's real
+    reservation program (`python -m gpupool.executors.kubernetes.reserve`) as a local process,
+    with `NVIDIA_VISIBLE_DEVICES` set to a fake UUID for one of the node's devices (as the device
+    plugin would), and lets it annotate its pod through the API server, as it does in a cluster.
+    """
+
+    def __init__(self, plane: testenv.ControlPlane, namespace: str = "gpupool-system") -> None:
+        self.plane = plane
+        self.namespace = namespace
+        self.client = Client(KubeConfig.from_file(plane.kubeconfig).get(), field_manager="tests")
+        self.reported: dict[str, str] = {}
+        """Reservation pod name -> UUID reported."""
+        self._given: dict[str, set[int]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        seen: set[str] = set()
+        while not self._stop.is_set():
+            try:
+                pods = list(
+                    self.client.list(
+                        Pod, namespace=self.namespace, labels={"gpupool.dev/role": "reservation"}
+                    )
+                )
+            except ApiError:
+                pods = []
+            except Exception:
+                time.sleep(0.5)
+                continue
+            names = set()
+            for pod in pods:
+                assert pod.metadata is not None and pod.spec is not None
+                name = pod.metadata.name or ""
+                names.add(name)
+                annotated = "gpupool.dev/gpu-uuid" in (pod.metadata.annotations or {})
+                if name in seen or annotated or not pod.spec.nodeName:
+                    continue
+                seen.add(name)
+                uuid = self._give(pod.spec.nodeName)
+                self.reported[name] = uuid
+                subprocess.Popen(
+                    [sys.executable, "-m", "gpupool.executors.kubernetes.reserve"],
+                    env={
+                        **os.environ,
+                        "POD_NAME": name,
+                        "POD_NAMESPACE": self.namespace,
+                        "NVIDIA_VISIBLE_DEVICES": uuid,
+                        "KUBECONFIG": str(self.plane.kubeconfig),
+                        "GPUPOOL_RESERVE_ONCE": "1",
+                    },
+                    stdout=subprocess.DEVNULL,
+                )
+            seen &= names
+            time.sleep(0.1)
+
+    def _give(self, node: str) -> str:
+        given = self._given.setdefault(node, set())
+        index = len(given)
+        given.add(index)
+        return f"GPU-fake-{node}-{index}"
+
+
+def install_gpupool_accounts(client: Client, namespace: str = "gpupool-system") -> None:
+    """What deploy/kubernetes installs that gpupool itself does not create: its namespace and
+    the reservation pods' service account."""
+    from lightkube.resources.core_v1 import ServiceAccount
+
+    with contextlib.suppress(ApiError):
+        client.create(Namespace(metadata=ObjectMeta(name=namespace)))
+    with contextlib.suppress(ApiError):
+        client.create(
+            ServiceAccount(metadata=ObjectMeta(name="gpupool-reservation", namespace=namespace))
+        )

@@ -37,6 +37,10 @@ class NodeInventory:
     cpu_milli: int | None = None
     memory_mib: int | None = None
     labels: tuple[tuple[str, str], ...] = ()
+    state: str = "ready"
+    """`ready`; on Kubernetes also `cordoned` and `notready` (kept, but no new work lands)."""
+    taints: tuple[tuple[str, str, str], ...] = ()
+    """(key, value, effect): Kubernetes node taints; only tolerating work lands here."""
 
     @property
     def gpu_count(self) -> int:
@@ -73,6 +77,14 @@ class Launch:
     burst_memory_mib: int | None = None
     """Dynamic fraction: memory per device it may use while the device has it free."""
     working_dir: str | None = None
+    image: str | None = None
+    """Container image (Kubernetes); other executors run `command` on their own machine."""
+    world_size: int = 1
+    """Tasks of the workload: a gang's tasks get RANK, WORLD_SIZE and a master address."""
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    external_ref: str | None = None
+    """`namespace/name` of a pod someone else created (Kubernetes): bound, not created."""
 
     def to_json(self) -> dict[str, Any]:
         """As a JSON object, for executors' journals."""
