@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.console import Console
 from sqlalchemy.orm import Session
 
 from gpupool.api.schemas import ProjectIn, Role, WorkloadIn
+from gpupool.cli.cluster import top_view, usage_view
 from gpupool.executors.base import UsageSample
 from gpupool.server import migrate, usage
 from gpupool.server.auth import Principal
-from gpupool.server.db import NodeRow, TaskRow, make_engine, make_sessionmakers
-from gpupool.server.services import projects, workloads
+from gpupool.server.db import DeviceRow, NodeRow, TaskRow, make_engine, make_sessionmakers
+from gpupool.server.services import cluster, projects, workloads
 
 ADMIN = Principal(1, "admin", Role.ADMIN, frozenset())
 T0 = 1_700_000_040.0  # on a minute boundary
@@ -79,3 +81,30 @@ def test_a_workload_running_half_the_time_averages_half(tmp_path: Path) -> None:
     recent_projects, recent_devices = usage.recent(session, T0 + 60)
     assert recent_devices[("n1", 0)] == 75
     assert recent_projects["a"] == 500  # half of a busy device, then alone at 50%
+
+
+def test_without_any_sample_utilization_is_unknown_never_zero(tmp_path: Path) -> None:
+    """Kubernetes without Prometheus gives no samples: null in `/top` and an empty `/usage`,
+    "-" in `gpupool top`, while allocation is still shown."""
+    session = _setup(tmp_path)
+    node = session.query(NodeRow).one()
+    session.add_all(DeviceRow(node_id=node.id, device_index=i, memory_mib=80000) for i in (0, 1))
+    session.flush()
+    utilized, devices = usage.recent(session, T0 + 60)
+    assert (utilized, devices) == ({}, {})
+    top = cluster.top(session, T0 + 60, {}, None, None, utilized, devices)
+    assert [(p.allocated_gpu_milli, p.utilized_gpu_milli) for p in top.projects] == [
+        (500, None),
+        (500, None),
+    ]
+    assert [d.utilization_percent for d in top.nodes[0].devices] == [None, None]
+    for by in ("device", "project", "workload"):
+        report = usage.report(session, by, T0 - 3600, 60, None)
+        assert (report.points, report.summary) == ([], [])
+    console = Console(width=200, record=True)
+    console.print(top_view(top))
+    console.print(usage_view(usage.report(session, "project", T0 - 3600, 60, None), 60))
+    lines = console.export_text().splitlines()
+    assert [line.split()[4] for line in lines if line.split()[:1] in (["a"], ["b"])] == ["-", "-"]
+    node_line = next(line for line in lines if line.split()[:1] == ["n1"])
+    assert node_line.split()[3:] == ["0:1", "1:0"]  # index:allocated, no ",N%"
