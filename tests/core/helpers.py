@@ -25,7 +25,10 @@ from gpupool.core.model import (
     Resources,
     SchedulerSettings,
     Snapshot,
+    Taint,
+    TaintEffect,
     TaskPlacement,
+    Toleration,
     Workload,
     WorkloadType,
 )
@@ -49,6 +52,7 @@ def node(
     cpu_milli: int | None = None,
     memory_mib: int | None = None,
     labels: Sequence[tuple[str, str]] = (),
+    taints: Sequence[Taint] = (),
 ) -> Node:
     return Node(
         name=name,
@@ -58,7 +62,14 @@ def node(
         cpu_milli=cpu_milli,
         memory_mib=memory_mib,
         labels=tuple(labels),
+        taints=tuple(taints),
     )
+
+
+CORDONED = Taint("node.kubernetes.io/unschedulable", None, TaintEffect.NO_SCHEDULE)
+"""How a driver hands the core a cordoned node."""
+NOT_READY = Taint("node.kubernetes.io/not-ready", None, TaintEffect.NO_SCHEDULE)
+"""How a driver hands the core a NotReady node."""
 
 
 def project(
@@ -116,6 +127,8 @@ def workload(
     min_runtime_s: int | None = None,
     submit: int = 0,
     node_selector: Sequence[tuple[str, Sequence[str]]] = (),
+    tolerations: Sequence[Toleration] = (),
+    movable: bool = True,
 ) -> Workload:
     return Workload(
         name=name,
@@ -131,6 +144,8 @@ def workload(
         node_selector=tuple((k, tuple(v)) for k, v in node_selector),
         min_runtime_s=min_runtime_s,
         submit_seq=submit,
+        tolerations=tuple(tolerations),
+        movable=movable,
     )
 
 

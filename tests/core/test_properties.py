@@ -4,8 +4,11 @@ After every cycle: G1 capacity, G3 non-preemptible holding within quota at every
 never exceeded, G4 reclaim only of preemptible work of another project that was above its quota
 or fair share (at the leaf and where the two projects' paths part), G6 preemption only inside a
 project and of lower priority, G7 no victim under its min runtime, G9 gangs, a reason for every
-pending workload. At the end: G8 a fixed point within a bound, then 5 quiet cycles; and G11 no
-pending workload that fits on idle capacity is left waiting at the fixed point. On clusters of
+pending workload, no new task (Bind or Move target) on a node whose NoSchedule / NoExecute
+taints its workload does not tolerate or on a device a task that may not move bursts on, and no
+Move of a workload that is not movable. At the end: G8 a fixed point within a bound, then 5
+quiet cycles; and G11 no pending workload that fits on idle capacity is left waiting at the
+fixed point. On clusters of
 one-GPU preemptible work only: G2/G5 at the fixed point (no project waits below its quota or fair
 share while another holds more than its own).
 
@@ -27,7 +30,7 @@ from hypothesis import strategies as st
 
 from gpupool.core.apply import apply_decisions
 from gpupool.core.cycle import run_cycle
-from gpupool.core.decisions import Bind, CycleResult, Evict, EvictionCause
+from gpupool.core.decisions import Bind, CycleResult, Evict, EvictionCause, Move
 from gpupool.core.model import (
     MILLI_PER_GPU,
     NO_LIMITS,
@@ -40,7 +43,11 @@ from gpupool.core.model import (
     Resources,
     SchedulerSettings,
     Snapshot,
+    Taint,
+    TaintEffect,
     TaskPlacement,
+    Toleration,
+    TolerationOperator,
     Workload,
     WorkloadType,
 )
@@ -123,6 +130,25 @@ def min_runtime_s(w: Workload, tree: Tree) -> int:
 # --------------------------------------------------------------------------------------------
 
 GPU_QUOTAS = st.integers(0, 16).map(lambda half_gpus: half_gpus * 500)
+
+_CORDONED = Taint("node.kubernetes.io/unschedulable", None, TaintEffect.NO_SCHEDULE)
+_GPU = Taint("nvidia.com/gpu", None, TaintEffect.NO_SCHEDULE)
+_DEDICATED = Taint("dedicated", "ml", TaintEffect.NO_EXECUTE)
+_PREFER = Taint("spot", "true", TaintEffect.PREFER_NO_SCHEDULE)
+TAINTS = st.sampled_from(
+    [(), (), (), (), (_CORDONED,), (_GPU,), (_DEDICATED,), (_PREFER,), (_CORDONED, _GPU)]
+)
+_EXISTS = TolerationOperator.EXISTS
+TOLERATIONS = st.sampled_from(
+    [
+        (),
+        (),
+        (Toleration("nvidia.com/gpu", _EXISTS),),
+        (Toleration(operator=_EXISTS),),
+        (Toleration("dedicated", TolerationOperator.EQUAL, "ml"),),
+        (Toleration("nvidia.com/gpu", _EXISTS), Toleration("dedicated", _EXISTS)),
+    ]
+)
 WEIGHTS = st.sampled_from([0, 1, 1, 1, 2, 3])
 
 
@@ -195,22 +221,31 @@ def workloads(draw: st.DrawFn, index: int, leaves: list[str]) -> tuple[Workload,
         min_runtime_s=draw(st.sampled_from([None, None, None, 0, 600])),
         node_selector=draw(st.sampled_from([(), (), (), (("gpu_model", ("H100",)),)])),
         submit_seq=index,
+        tolerations=draw(TOLERATIONS),
+        movable=draw(st.sampled_from([True, True, True, False])),
     )
     gang = w.gang_size
     return w, draw(st.booleans()), draw(st.integers(gang, tasks))
 
 
 class Capacity:
-    """Free capacity while the generator places running work greedily (first fit)."""
+    """Free capacity while the generator places running work greedily (first fit).
 
-    def __init__(self, nodes: tuple[Node, ...]) -> None:
+    The generator ignores taints (running work may sit on a node tainted since it started);
+    the G11 check respects them, as the core does for new tasks.
+    """
+
+    def __init__(self, nodes: tuple[Node, ...], respect_taints: bool = False) -> None:
         self.nodes = nodes
+        self.respect_taints = respect_taints
         self.charged: dict[tuple[str, int], int] = defaultdict(int)
         self.cpu: dict[str, int] = defaultdict(int)
         self.mem: dict[str, int] = defaultdict(int)
 
     def _room(self, n: Node, w: Workload) -> bool:
         if any(n.label(key) not in values for key, values in w.node_selector):
+            return False
+        if self.respect_taints and not n.admits(w.tolerations):
             return False
         cpu_ok = n.cpu_milli is None or self.cpu[n.name] + w.cpu_milli <= n.cpu_milli
         mem_ok = n.memory_mib is None or self.mem[n.name] + w.memory_mib <= n.memory_mib
@@ -273,6 +308,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             gpu_model=draw(st.sampled_from(["A100", "H100"])),
             cpu_milli=draw(st.sampled_from([None, None, 32000, 64000])),
             memory_mib=draw(st.sampled_from([None, None, 131072, 262144])),
+            taints=draw(TAINTS),
         )
         for i in range(draw(st.integers(1, 6)))
     )
@@ -290,6 +326,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         if start_running or w.project == hog:
             w = _start(w, count, tree, capacity, held, held_np, draw)
         out.append(w)
+    out = _burst_where_stuck(out, nodes, capacity, draw)
     return Snapshot(
         nodes=nodes,
         projects=projects,
@@ -333,9 +370,84 @@ def _start(
     return replace(w, placements=placements, started_at_s=draw(st.integers(0, NOW_S)))
 
 
+def stuck(w: Workload, n: Node) -> bool:
+    """Whether a task of `w` on `n` may not be moved: `w` is not movable, or `n` has taints `w`
+    does not tolerate (a move there is a new placement)."""
+    return not w.movable or not n.admits(w.tolerations)
+
+
+def _burst_where_stuck(
+    out: list[Workload], nodes: tuple[Node, ...], capacity: Capacity, draw: st.DrawFn
+) -> list[Workload]:
+    """Some running dynamic fractions that may not be moved start on a burst device (they
+    arrive so from a driver): an idle device of their node that no other task bursts on."""
+    by_name = {n.name: n for n in nodes}
+    bursting: set[tuple[str, int]] = set()
+    result = []
+    for w in out:
+        if w.gpu.is_burstable and w.placements and draw(st.booleans()):
+            placements = []
+            for p in w.placements:
+                n = by_name[p.node]
+                idle = [
+                    d
+                    for d in range(n.gpu_count)
+                    if capacity.charged[(n.name, d)] == 0 and (n.name, d) not in bursting
+                ]
+                if stuck(w, n) and idle:
+                    bursting.add((n.name, idle[0]))
+                    p = replace(p, burst_device=idle[0])
+                placements.append(p)
+            w = replace(w, placements=tuple(placements))
+        result.append(w)
+    return result
+
+
+def pinned_devices(s: Snapshot) -> dict[tuple[str, int], str]:
+    """(node, device) -> workload: burst devices of tasks that may not be moved."""
+    nodes = {n.name: n for n in s.nodes}
+    return {
+        (p.node, p.burst_device): w.name
+        for w in s.workloads
+        for p in w.placements
+        if p.burst_device is not None and stuck(w, nodes[p.node])
+    }
+
+
 # --------------------------------------------------------------------------------------------
 # Per-cycle checks
 # --------------------------------------------------------------------------------------------
+
+
+def check_taints_and_moves(before: Snapshot, result: CycleResult) -> None:
+    """New tasks (Bind placements, Move targets) only on nodes whose NoSchedule / NoExecute
+    taints the workload tolerates, and never on a device that a task which may not be moved
+    bursts on (unless that task is evicted in this cycle); no Move of a non-movable workload."""
+    by_name = {w.name: w for w in before.workloads}
+    nodes = {n.name: n for n in before.nodes}
+    pinned = pinned_devices(before)
+    evicted = {d.workload for d in result.decisions if isinstance(d, Evict)}
+    for d in result.decisions:
+        if isinstance(d, Evict):
+            continue
+        w = by_name[d.workload]
+        if isinstance(d, Move):
+            assert w.movable, f"Move of non-movable {w.name}: {d}"
+            targets: tuple[TaskPlacement, ...] = (d.target,)
+        else:
+            targets = d.placements
+        for p in targets:
+            n = nodes[p.node]
+            assert n.admits(w.tolerations), (
+                f"{w.name} (tolerations {w.tolerations}) newly placed on {n.name} with taints "
+                f"{n.taints}: {d}"
+            )
+            for device in {*p.devices, *p.physical_devices}:
+                owner = pinned.get((p.node, device))
+                assert owner is None or owner in evicted, (
+                    f"{w.name} newly placed on device {device} of {p.node}, where {owner} "
+                    f"bursts and may not be moved: {d}"
+                )
 
 
 def check_quota_and_limits(s: Snapshot, tree: Tree) -> None:
@@ -401,6 +513,7 @@ def cycles(start: Snapshot, tree: Tree) -> Iterator[tuple[Snapshot, CycleResult,
         result = run_cycle(current)
         check_decisions(current, result)
         check_evictions(current, result, tree)
+        check_taints_and_moves(current, result)
         after = apply_decisions(current, result.decisions)
         check_placements(after)
         check_quota_and_limits(after, tree)
@@ -435,12 +548,15 @@ def test_every_cycle_keeps_the_guarantees_and_a_fixed_point_is_reached(s: Snapsh
 
 
 def _idle_spots(s: Snapshot, w: Workload) -> list[Node]:
-    """Nodes where one more task of `w` fits on the capacity idle in `s`."""
-    capacity = Capacity(s.nodes)
+    """Nodes where one more task of `w` fits on the capacity idle in `s` (taints respected;
+    a device that a task which may not be moved bursts on is not idle)."""
+    capacity = Capacity(s.nodes, respect_taints=True)
     nodes = {n.name: n for n in s.nodes}
     for other in s.workloads:
         for p in other.placements:
             capacity.take(nodes[p.node], other, p.devices)
+    for node_name, device in pinned_devices(s):
+        capacity.charged[(node_name, device)] += MILLI_PER_GPU
     return [n for n in s.nodes if capacity.devices_for(n, w) is not None]
 
 

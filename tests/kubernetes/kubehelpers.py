@@ -9,16 +9,20 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+import httpx
 import testenv
 from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.models.core_v1 import NodeSpec, NodeStatus, Taint
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Node, Pod
+
+from gpupool.server.process import ServerProcess
 
 T = TypeVar("T")
 _names = itertools.count()
@@ -132,6 +136,12 @@ class Cluster:
         """Delete `name` at clean-up (created by someone else, such as gpupool)."""
         self._namespaces.append(name)
 
+    def namespace_labels_with_prefix(self, prefix: str) -> Iterator[str]:
+        for namespace in self.client.list(Namespace):
+            name = namespace.metadata.name if namespace.metadata else None
+            if name and name.startswith(prefix + "-"):
+                yield name
+
     def pods(self, namespace: str, labels: Mapping[str, Any] | None = None) -> Iterator[Pod]:
         return iter(self.client.list(Pod, namespace=namespace, labels=labels or {}))
 
@@ -226,3 +236,118 @@ def install_gpupool_accounts(client: Client, namespace: str = "gpupool-system") 
         client.create(
             ServiceAccount(metadata=ObjectMeta(name="gpupool-reservation", namespace=namespace))
         )
+
+
+POOL_LABEL = "gpupool.test/pool"
+
+
+class GpupoolOnKubernetes:
+    """A real `gpupool server --kubernetes` on a control plane, with nodes and namespaces of its
+    own: it manages only nodes labelled `gpupool.test/pool=<pool>`, and its projects' namespaces
+    are `<pool>-<project>`, so tests on one shared API server stay apart."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        data_dir: Path,
+        *,
+        database_url: str | None = None,
+        extra_args: Sequence[str] = (),
+        pool: str | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.pool = pool or unique("pool")
+        self.data_dir = data_dir
+        args = [
+            "--kubernetes",
+            "--kubeconfig",
+            str(cluster.plane.kubeconfig),
+            "--kube-node-selector",
+            f"{POOL_LABEL}={self.pool}",
+            "--namespace-template",
+            f"{self.pool}-{{project}}",
+            "--cycle-interval",
+            "0.2",
+            *extra_args,
+        ]
+        self.process = ServerProcess(
+            data_dir, database_url=database_url, extra_args=tuple(args), cycle_interval_s=0.2
+        )
+        self.http: httpx.Client | None = None
+
+    def __enter__(self) -> Self:
+        install_gpupool_accounts(self.cluster.client)
+        self.process.start(timeout_s=60)
+        self.http = httpx.Client(
+            base_url=self.process.url,
+            headers={"Authorization": f"Bearer {self.process.admin_token}"},
+            timeout=30,
+        )
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.http is not None:
+            self.http.close()
+        self.process.stop()
+        for namespace in list(self.cluster.namespace_labels_with_prefix(self.pool)):
+            self.cluster.forget_namespace(namespace)
+
+    @property
+    def api(self) -> httpx.Client:
+        assert self.http is not None
+        return self.http
+
+    def namespace(self, project: str) -> str:
+        return f"{self.pool}-{project}"
+
+    def node(self, name: str, gpus: int = 8, **kwargs: Any) -> str:
+        labels = {POOL_LABEL: self.pool, **kwargs.pop("labels", {})}
+        return self.cluster.add_gpu_node(f"{self.pool}-{name}", gpus, labels=labels, **kwargs)
+
+    def project(self, name: str, quota_gpu: float, **extra: Any) -> str:
+        response = self.api.post(
+            "/api/v1/projects", json={"name": name, "quota": {"gpu": quota_gpu}, **extra}
+        )
+        assert response.status_code == 201, response.text
+        return name
+
+    def submit(self, project: str, name: str, **fields: Any) -> dict[str, Any]:
+        response = self.api.post(
+            "/api/v1/workloads", json={"name": name, "project": project, **fields}
+        )
+        assert response.status_code == 201, response.text
+        data: dict[str, Any] = response.json()
+        return data
+
+    def workload(self, project: str, name: str) -> dict[str, Any]:
+        response = self.api.get(f"/api/v1/workloads/{project}/{name}")
+        assert response.status_code == 200, response.text
+        data: dict[str, Any] = response.json()
+        return data
+
+    def workloads(self, project: str) -> list[dict[str, Any]]:
+        response = self.api.get("/api/v1/workloads", params={"project": project, "limit": 1000})
+        assert response.status_code == 200, response.text
+        items: list[dict[str, Any]] = response.json()["items"]
+        return items
+
+    def status(self, project: str, name: str) -> str:
+        return str(self.workload(project, name)["status"])
+
+    def wait_status(self, project: str, name: str, status: str, timeout_s: float = 30) -> None:
+        wait_for(
+            f"{project}/{name} {status}",
+            lambda: self.status(project, name) == status or None,
+            timeout_s,
+        )
+
+    def pods(self, project: str) -> list[Pod]:
+        return list(self.cluster.pods(self.namespace(project)))
+
+    def log(self) -> str:
+        return self.process.log_path.read_text(errors="replace")

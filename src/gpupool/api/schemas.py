@@ -235,6 +235,20 @@ class WorkloadIn(_In):
     working_dir: Annotated[str, Field(max_length=1024)] | None = None
     """Local executor: where the command runs (the CLI sends its current directory); default
     the workload's checkpoint directory."""
+    image: (
+        Annotated[
+            str,
+            Field(
+                max_length=512,
+                pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$",
+                description="a container image reference like python:3.12-slim or "
+                "registry.example.com/team/train@sha256:...",
+            ),
+        ]
+        | None
+    ) = None
+    """Kubernetes executor: the container image (default: the server's --default-image).
+    Other executors run the command on their own machine and ignore it."""
 
     @field_validator("gpu")
     @classmethod
@@ -359,6 +373,9 @@ class WorkloadOut(_Out):
     preemptions: int
     running_tasks: int
     working_dir: str | None = None
+    image: str | None = None
+    origin: str = "api"
+    """`api` (submitted to gpupool) or `kubernetes` (pods someone else created)."""
 
 
 class WorkloadDetail(WorkloadOut):

@@ -493,6 +493,10 @@ def submit(
     env: Annotated[
         list[str] | None, typer.Option("--env", "-e", metavar="K=V", help="Repeatable.")
     ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(help="Container image (Kubernetes; default: the server's default image)."),
+    ] = None,
     json_output: JsonOption = False,
 ) -> None:
     """Submit a workload: `gpupool submit job1 --gpu 1 -- python train.py --lr 0.1`."""
@@ -513,6 +517,7 @@ def submit(
         "preemptible": preemptible,
         "duration_s": duration_s,
         "grace_period_s": grace_period_s,
+        "image": image,
     }
     given = {key: value for key, value in fields.items() if value is not None}
     with handled():

@@ -26,7 +26,10 @@ def server(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     executor: Annotated[
         str,
-        typer.Option(help="simulated (declared nodes; tasks only pretend) or local (processes)."),
+        typer.Option(
+            help="simulated (declared nodes; tasks only pretend), local (processes) or "
+            "kubernetes (a cluster's nodes and pods)."
+        ),
     ] = "simulated",
     fake_gpus: Annotated[
         str | None,
@@ -52,11 +55,114 @@ def server(
         int, typer.Option(help="Reclaim attempts per cycle (bounds one cycle's work).")
     ] = 1024,
     access_log: Annotated[bool, typer.Option(help="Log every request.")] = False,
+    kubernetes: Annotated[
+        bool,
+        typer.Option(
+            "--kubernetes",
+            help="Schedule a Kubernetes cluster's GPU pods (same as --executor kubernetes).",
+            rich_help_panel="Kubernetes",
+        ),
+    ] = False,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            help="Kubeconfig file; default: in-cluster, else $KUBECONFIG or ~/.kube/config.",
+            rich_help_panel="Kubernetes",
+        ),
+    ] = None,
+    kube_context: Annotated[
+        str | None, typer.Option(help="Kubeconfig context.", rich_help_panel="Kubernetes")
+    ] = None,
+    namespace_template: Annotated[
+        str,
+        typer.Option(
+            help="A project's namespace; an existing namespace joins project P when labelled "
+            "gpupool.dev/project=P.",
+            rich_help_panel="Kubernetes",
+        ),
+    ] = "gpupool-{project}",
+    default_image: Annotated[
+        str,
+        typer.Option(
+            help="Image of workloads submitted without --image.", rich_help_panel="Kubernetes"
+        ),
+    ] = "python:3.12-slim",
+    reservation_image: Annotated[
+        str,
+        typer.Option(
+            help="Image of the reservation pods (gpupool's own image).",
+            rich_help_panel="Kubernetes",
+        ),
+    ] = "gpupool/gpupool:latest",
+    system_namespace: Annotated[
+        str,
+        typer.Option(
+            help="gpupool's namespace: reservation pods and the leader-election lease.",
+            rich_help_panel="Kubernetes",
+        ),
+    ] = "gpupool-system",
+    prometheus_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Prometheus with NVIDIA DCGM exporter metrics (GPU utilization); without it "
+            "utilization is unknown.",
+            rich_help_panel="Kubernetes",
+        ),
+    ] = None,
+    kube_node_selector: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="KEY=VALUE",
+            help="Only nodes with this label are gpupool's (repeatable; default: all GPU nodes).",
+            rich_help_panel="Kubernetes",
+        ),
+    ] = None,
+    leader_elect: Annotated[
+        bool,
+        typer.Option(
+            help="Run as one of several replicas: only the holder of a Lease schedules "
+            "(needs a shared PostgreSQL).",
+            rich_help_panel="Kubernetes",
+        ),
+    ] = False,
 ) -> None:
     """Run the control-plane service: API, database and scheduling loop."""
     from gpupool.server.serve import serve  # FastAPI and SQLAlchemy load only for this command
 
+    if kubernetes:
+        executor = "kubernetes"
+    kube = None
+    if executor == "kubernetes":
+        from gpupool.executors.kubernetes.settings import KubeSettings
+
+        selector = []
+        for item in kube_node_selector or []:
+            key, equals, value = item.partition("=")
+            if not equals or not key:
+                typer.secho(
+                    f"error: --kube-node-selector takes KEY=VALUE (got {item!r})",
+                    fg="red",
+                    err=True,
+                )
+                raise typer.Exit(2)
+            selector.append((key, value))
+        kube = KubeSettings(
+            node_selector=tuple(selector),
+            kubeconfig=kubeconfig,
+            context=kube_context,
+            namespace_template=namespace_template,
+            default_image=default_image,
+            reservation_image=reservation_image,
+            system_namespace=system_namespace,
+            prometheus_url=prometheus_url,
+            leader_election=leader_elect,
+        )
     try:
+        if "{project}" not in namespace_template:
+            raise ValueError(
+                f"--namespace-template {namespace_template!r} must contain {{project}}, like "
+                "gpupool-{project}"
+            )
         settings = ServerSettings(
             data_dir=data_dir.resolve(),
             database_url=database_url,
@@ -68,6 +174,7 @@ def server(
             fake_gpus=fake_gpus,
             stop_tasks_on_shutdown=stop_tasks_on_exit,
             scheduler=SchedulerSettings(max_reclaim_attempts_per_cycle=max_reclaims_per_cycle),
+            kube=kube,
         )
         serve(settings, access_log=access_log)
     except ValueError as error:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpupool.core.decisions import Evict, Move
-from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind
+from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Workload
 from gpupool.core.placement import Placer
 from gpupool.core.session import Session, Statement, WorkRecord, WorkState
 
@@ -19,6 +19,24 @@ def format_gpu(milli: int) -> str:
         count = milli // MILLI_PER_GPU
         return f"{count} GPU" if count == 1 else f"{count} GPUs"
     return f"{milli / MILLI_PER_GPU:g} GPU"
+
+
+def _selector_text(spec: Workload) -> str:
+    return ", ".join(f"{k} in [{', '.join(v)}]" for k, v in spec.node_selector)
+
+
+def _nodes_have(count: int) -> str:
+    return "1 node has" if count == 1 else f"{count} nodes have"
+
+
+_KEYS_SHOWN = 5
+
+
+def _keys_text(keys: tuple[str, ...]) -> str:
+    """Taint keys for a pending reason: the first few, then how many more."""
+    shown = ", ".join(keys[:_KEYS_SHOWN])
+    more = len(keys) - _KEYS_SHOWN
+    return f"{shown} and {more} more" if more > 0 else shown
 
 
 def _format_amount(resource: int, amount: int) -> str:
@@ -211,11 +229,16 @@ class CycleContext:
     def capacity_reason(self, work: WorkRecord, gang: list[int]) -> str:
         """Why `gang` of `work` does not fit in the idle capacity, in a researcher's words."""
         reason = self._capacity_reason(work, gang)
-        selector = work.spec.node_selector
-        if selector and self.placer.selector_matches_any(work.spec):
-            wanted = ", ".join(f"{k} in [{', '.join(v)}]" for k, v in selector)
-            return f"{reason} (it may only use nodes matching its selector: {wanted})"
-        return reason
+        spec = work.spec
+        if not self.placer.admits_any(spec):
+            return reason  # the reason is the selector or the taints already
+        notes = []
+        if spec.node_selector:
+            notes.append(f"it may only use nodes matching its selector: {_selector_text(spec)}")
+        tainted, keys = self.placer.repelling_taints(spec)
+        if tainted:
+            notes.append(f"{_nodes_have(tainted)} taints it does not tolerate: {_keys_text(keys)}")
+        return f"{reason} ({'; '.join(notes)})" if notes else reason
 
     def _capacity_reason(self, work: WorkRecord, gang: list[int]) -> str:
         spec = work.spec
@@ -234,8 +257,21 @@ class CycleContext:
         session = self.session
         placer = self.placer
         if not placer.selector_matches_any(spec):
-            wanted = ", ".join(f"{k} in [{', '.join(v)}]" for k, v in spec.node_selector)
-            return f"no node matches its node selector ({wanted})"
+            return f"no node matches its node selector ({_selector_text(spec)})"
+        if not placer.admits_any(spec):
+            tainted, keys = placer.repelling_taints(spec)
+            if spec.node_selector:
+                which = "node" if tainted == 1 else "nodes"
+                verb = "has" if tainted == 1 else "have"
+                return (
+                    f"no node admits it: the {tainted} {which} matching its node selector"
+                    f" ({_selector_text(spec)}) {verb} taints it does not tolerate"
+                    f" ({_keys_text(keys)})"
+                )
+            return (
+                f"no node admits it: {_nodes_have(tainted)} taints it does not tolerate"
+                f" ({_keys_text(keys)})"
+            )
         idle = format_gpu(session.idle_gpu_milli)
         cpu_memory = self._cpu_memory_reason(work)
         if cpu_memory is not None:

@@ -61,11 +61,64 @@ class Limits:
 NO_LIMITS = Limits()
 
 
+class TaintEffect(enum.Enum):
+    """Kubernetes taint effects. NoSchedule and NoExecute keep new work that does not tolerate
+    them off the node; PreferNoSchedule is a preference the core does not act on."""
+
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """A node taint (Kubernetes): only work that tolerates it is newly placed on the node."""
+
+    key: str
+    value: str | None
+    effect: TaintEffect
+
+    @property
+    def repels(self) -> bool:
+        """PreferNoSchedule is a preference, not a rule: it keeps no work away."""
+        return self.effect is not TaintEffect.PREFER_NO_SCHEDULE
+
+
+class TolerationOperator(enum.Enum):
+    EXISTS = "Exists"
+    EQUAL = "Equal"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """Kubernetes semantics: an empty key with Exists tolerates every taint; an effect of None
+    matches every effect; Exists ignores the value; Equal compares it (None equals "")."""
+
+    key: str | None = None
+    operator: TolerationOperator = TolerationOperator.EQUAL
+    value: str | None = None
+    effect: TaintEffect | None = None
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Kubernetes' `Toleration.ToleratesTaint`, step for step: a set effect must match, a
+        non-empty key must match, then Exists matches any value and Equal compares values. So
+        an empty key matches every key with either operator (Kubernetes' API validation
+        rejects an empty key with Equal; matching does not)."""
+        if self.effect is not None and self.effect is not taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator is TolerationOperator.EXISTS:
+            return True
+        return (self.value or "") == (taint.value or "")
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     """A machine with `gpu_count` identical devices.
 
-    `cpu_milli` / `memory_mib` of `None` mean "not tracked" (never the bottleneck).
+    `cpu_milli` / `memory_mib` of `None` mean "not tracked" (never the bottleneck). New work
+    lands only where it tolerates every NoSchedule/NoExecute taint; work already placed stays.
     """
 
     name: str
@@ -75,6 +128,19 @@ class Node:
     cpu_milli: int | None = None
     memory_mib: int | None = None
     labels: tuple[tuple[str, str], ...] = ()
+    taints: tuple[Taint, ...] = ()
+
+    def untolerated_taints(self, tolerations: tuple[Toleration, ...]) -> tuple[Taint, ...]:
+        """The NoSchedule / NoExecute taints here that none of `tolerations` tolerates."""
+        return tuple(
+            taint
+            for taint in self.taints
+            if taint.repels and not any(t.tolerates(taint) for t in tolerations)
+        )
+
+    def admits(self, tolerations: tuple[Toleration, ...]) -> bool:
+        """Whether new work with `tolerations` may be placed here."""
+        return not self.untolerated_taints(tolerations)
 
     def label(self, key: str) -> str | None:
         if key == "gpu_model":
@@ -204,6 +270,10 @@ class Workload:
     submit_seq: int = 0
     started_at_s: int | None = None
     placements: tuple[TaskPlacement, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    movable: bool = True
+    """False for work that cannot be restarted elsewhere by the scheduler (a Kubernetes pod
+    that someone else created): consolidation and the node-level spread/pack never move it."""
 
     @property
     def effective_priority(self) -> int:

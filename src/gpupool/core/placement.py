@@ -17,9 +17,10 @@ from gpupool.core.model import (
     MILLI_PER_GPU,
     GpuRequestKind,
     PlacementStrategy,
+    Toleration,
     Workload,
 )
-from gpupool.core.session import Session, TaskAlloc
+from gpupool.core.session import Session, TaskAlloc, WorkRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,21 +46,57 @@ def workload_shapes(workloads: Iterable[Workload], limit: int = 8) -> tuple[Task
     return tuple(TaskShape(k[0], k[1], c) for k, c in ranked)
 
 
+NodeSelector = tuple[tuple[str, tuple[str, ...]], ...]
+
+
 class Placer:
-    """Finds task placements in a session. One per cycle; holds per-cycle caches only."""
+    """Finds task placements in a session. One per cycle; holds per-cycle caches only.
+
+    A node is a candidate for a new placement when it matches the workload's node selector and
+    the workload tolerates every NoSchedule / NoExecute taint on it (PreferNoSchedule is not
+    acted on). Work already placed on a node stays valid whatever its taints. A device is also
+    kept from new placements while a dynamic fraction that may not be moved off it runs there
+    physically (see `_pin_burst_devices`).
+    """
 
     def __init__(self, session: Session, shapes: tuple[TaskShape, ...]) -> None:
         self.session = session
         self.shapes = shapes
-        self._selector_nodes: dict[tuple[tuple[str, tuple[str, ...]], ...], frozenset[int]] = {}
+        self._selector_nodes: dict[NodeSelector, frozenset[int]] = {}
+        self._repelling = tuple(
+            i for i, node in enumerate(session.nodes) if any(t.repels for t in node.taints)
+        )
+        """Nodes with a NoSchedule / NoExecute taint: the only ones tolerations can matter on."""
+        self._untolerated: dict[tuple[Toleration, ...], frozenset[int]] = {}
+        self._admitted: dict[
+            tuple[NodeSelector, tuple[Toleration, ...]], tuple[frozenset[int] | None]
+        ] = {}
+        self._pins: dict[int, list[tuple[WorkRecord, int, int]]] = {}
+        self._pin_burst_devices()
 
     # --- node filters ---------------------------------------------------------------------
 
     def _allowed(self, workload: Workload) -> frozenset[int] | None:
-        """Nodes the selector admits; None when there is no selector (all nodes)."""
+        """Nodes the selector and the taints admit; None when every node is admitted."""
         selector = workload.node_selector
-        if not selector:
-            return None
+        if not self._repelling:
+            if not selector:
+                return None
+            key: tuple[NodeSelector, tuple[Toleration, ...]] = (selector, ())
+        else:
+            key = (selector, workload.tolerations)
+        cached = self._admitted.get(key)
+        if cached is None:
+            nodes = self._selected(selector) if selector else None
+            untolerated = self._untolerated_nodes(key[1]) if self._repelling else frozenset()
+            if untolerated:
+                everything = frozenset(range(len(self.session.nodes)))
+                nodes = (everything if nodes is None else nodes) - untolerated
+            cached = self._admitted[key] = (nodes,)
+        return cached[0]
+
+    def _selected(self, selector: NodeSelector) -> frozenset[int]:
+        """Nodes whose labels match `selector` (taints aside)."""
         nodes = self._selector_nodes.get(selector)
         if nodes is None:
             nodes = frozenset(
@@ -70,9 +107,70 @@ class Placer:
             self._selector_nodes[selector] = nodes
         return nodes
 
+    def _untolerated_nodes(self, tolerations: tuple[Toleration, ...]) -> frozenset[int]:
+        """Nodes with a NoSchedule / NoExecute taint that `tolerations` do not tolerate."""
+        nodes = self._untolerated.get(tolerations)
+        if nodes is None:
+            all_nodes = self.session.nodes
+            nodes = frozenset(i for i in self._repelling if not all_nodes[i].admits(tolerations))
+            self._untolerated[tolerations] = nodes
+        return nodes
+
     def selector_matches_any(self, workload: Workload) -> bool:
+        """Whether any node matches the node selector (taints aside)."""
+        selector = workload.node_selector
+        return not selector or bool(self._selected(selector))
+
+    def admits_any(self, workload: Workload) -> bool:
+        """Whether any node admits the workload (selector and taints)."""
         allowed = self._allowed(workload)
         return allowed is None or bool(allowed)
+
+    def admitted_nodes(self, workload: Workload) -> frozenset[int] | None:
+        """Nodes that are candidates for new tasks of `workload` (selector and taints); None
+        when every node is."""
+        return self._allowed(workload)
+
+    def tolerated_on(self, workload: Workload, node: int) -> bool:
+        """Whether the workload tolerates the NoSchedule / NoExecute taints of `node`."""
+        return not self._repelling or node not in self._untolerated_nodes(workload.tolerations)
+
+    def repelling_taints(self, workload: Workload) -> tuple[int, tuple[str, ...]]:
+        """(how many nodes matching the selector have taints the workload does not tolerate,
+        the keys of those taints), for the pending reason."""
+        if not self._repelling:
+            return 0, ()
+        untolerated = self._untolerated_nodes(workload.tolerations)
+        selector = workload.node_selector
+        if selector:
+            untolerated = untolerated & self._selected(selector)
+        keys = {
+            taint.key
+            for i in untolerated
+            for taint in self.session.nodes[i].untolerated_taints(workload.tolerations)
+        }
+        return len(untolerated), tuple(sorted(keys))
+
+    # --- devices kept from new placements -------------------------------------------------
+
+    def _pin_burst_devices(self) -> None:
+        """Keep new placements off the idle device a dynamic fraction bursts on when it could
+        not be packed back if that device were claimed: it is not movable, or its node now has
+        taints it does not tolerate (packing back is a restart there). The pin holds while the
+        task stays placed (an eviction frees the device)."""
+        session = self.session
+        for index in session.burstable_works:
+            work = session.works[index]
+            for task, alloc in work.allocs.items():
+                if alloc.burst_device is None:
+                    continue
+                if work.spec.movable and self.tolerated_on(work.spec, alloc.node):
+                    continue
+                self._pins.setdefault(alloc.node, []).append((work, task, alloc.burst_device))
+
+    def _pinned(self, node: int) -> set[int]:
+        """Devices of `node` that pinned burst tasks still run on."""
+        return {device for work, task, device in self._pins[node] if task in work.allocs}
 
     def _node_fits(
         self,
@@ -127,11 +225,19 @@ class Placer:
         if needed > s.max_gpus_per_node:
             return None
         allowed = self._allowed(workload)
+        pins = self._pins
         for node in self._nodes_with_empty(needed):
             if not self._node_fits(node, workload, allowed, excluded):
                 continue
             used = s.device_used[node]
-            devices = tuple(d for d in range(len(used)) if used[d] == 0)[:needed]
+            if pins and node in pins:
+                pinned = self._pinned(node)
+                devices = tuple(d for d in range(len(used)) if used[d] == 0 and d not in pinned)
+                if len(devices) < needed:
+                    continue
+                devices = devices[:needed]
+            else:
+                devices = tuple(d for d in range(len(used)) if used[d] == 0)[:needed]
             memory = s.nodes[node].gpu_memory_mib
             return TaskAlloc(task_index, node, devices, MILLI_PER_GPU, memory)
         return None
@@ -142,6 +248,7 @@ class Placer:
         s = self.session
         request = workload.gpu
         allowed = self._allowed(workload)
+        pins = self._pins
         smallest = request.milli_on(s.max_device_memory_mib)
         best: TaskAlloc | None = None
         best_score = 0
@@ -159,6 +266,8 @@ class Placer:
                     continue
                 if max_milli is not None and milli > max_milli:
                     continue
+                if pins and node in pins and device in self._pinned(node):
+                    continue
                 score = self._fragmentation_delta(node, device, milli)
                 if best is None or score < best_score:
                     best = TaskAlloc(task_index, node, (device,), milli, memory)
@@ -175,7 +284,14 @@ class Placer:
             if max_milli is not None and request.milli_on(device_memory) > max_milli:
                 continue
             used = s.device_used[node]
-            device = used.index(0)
+            if pins and node in pins:
+                pinned = self._pinned(node)
+                idle = [d for d in range(len(used)) if used[d] == 0 and d not in pinned]
+                if not idle:
+                    continue
+                device = idle[0]
+            else:
+                device = used.index(0)
             return TaskAlloc(
                 task_index,
                 node,
@@ -207,7 +323,8 @@ class Placer:
     # --- what the pending reason can say --------------------------------------------------
 
     def largest_empty_block(self, workload: Workload, count_cpu_memory: bool = True) -> int:
-        """Most empty devices on one node the workload may use (with room for its CPU/memory)."""
+        """Most empty devices on one node the workload may use (with room for its CPU/memory).
+        For the pending reason only: a pinned burst device counts as empty here."""
         s = self.session
         allowed = self._allowed(workload)
         for count in range(s.max_gpus_per_node, 0, -1):

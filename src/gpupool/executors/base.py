@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "DeviceInfo",
+    "DiscoversWorkloads",
     "Executor",
     "Exit",
     "Launch",
@@ -195,4 +196,18 @@ class Executor(Protocol):
 
     def close(self) -> None:
         """Release files and handles; tasks keep running (a new executor adopts them)."""
+        ...
+
+
+@runtime_checkable
+class DiscoversWorkloads(Protocol):
+    """An executor whose cluster holds work that others submitted (Kubernetes pods that name
+    gpupool as their scheduler): the loop turns it into workloads every iteration."""
+
+    def set_projects(self, projects: Sequence[str]) -> None:
+        """The projects that exist, so that the executor knows which namespaces are whose."""
+        ...
+
+    def external_pods(self) -> Sequence[Any]:
+        """The pods waiting for or placed by gpupool that it did not create itself."""
         ...

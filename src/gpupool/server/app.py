@@ -16,6 +16,7 @@ from gpupool.api.schemas import ErrorDetail, ErrorOut, validation_error_out
 from gpupool.clock import Clock, SystemClock
 from gpupool.executors.base import Executor
 from gpupool.executors.gpus import open_backend
+from gpupool.executors.kubernetes.settings import KubeSettings
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.simulated import SimulatedExecutor, parse_simulated_nodes
 from gpupool.server import migrate
@@ -54,10 +55,36 @@ def default_executor(settings: ServerSettings, clock: Clock, announce: Announce)
                 "use --fake-gpus 4x80G to declare some"
             )
         return LocalExecutor(settings.data_dir, backend, clock)
+    if settings.executor == "kubernetes":
+        from gpupool.executors.kubernetes.executor import (
+            KubernetesExecutor,
+            KubernetesUnavailableError,
+        )
+
+        kube = settings.kube or KubeSettings()
+        try:
+            return KubernetesExecutor(
+                kube,
+                clock,
+                utilization=utilization_source(kube, announce),
+                report=announce,
+                active=not kube.leader_election,
+            )
+        except KubernetesUnavailableError as error:
+            raise ValueError(str(error)) from None
     raise ValueError(
-        f"executor {settings.executor!r} is not known: use local (processes on this machine) "
-        "or simulated (declared nodes)"
+        f"executor {settings.executor!r} is not known: use local (processes on this machine), "
+        "simulated (declared nodes) or kubernetes (a cluster's nodes and pods)"
     )
+
+
+def utilization_source(kube: KubeSettings, announce: Announce) -> object:
+    """DCGM metrics through Prometheus when a URL is given; else none (utilization unknown)."""
+    if kube.prometheus_url is None:
+        return None
+    from gpupool.executors.kubernetes.dcgm import PrometheusUtilization
+
+    return PrometheusUtilization(kube.prometheus_url, warn=announce)
 
 
 def create_app(

@@ -105,6 +105,8 @@ class NodeRow(Base):
     cpu_milli: Mapped[int | None] = mapped_column(Integer)
     memory_mib: Mapped[int | None] = mapped_column(Integer)
     labels: Mapped[dict[str, str]] = mapped_column(JSON)
+    taints: Mapped[list[list[str]]] = mapped_column(JSON, server_default="[]")
+    """[key, value, effect] of its Kubernetes taints (cordoned and not-ready included)."""
     registered_at: Mapped[float] = mapped_column(Float)
     heartbeat_at: Mapped[float] = mapped_column(Float)
 
@@ -129,6 +131,7 @@ class WorkloadRow(Base):
     __table_args__ = (
         UniqueConstraint("project_id", "name"),
         Index("ix_workloads_status", "status"),
+        Index("ix_workloads_external_key", "external_key"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -158,6 +161,14 @@ class WorkloadRow(Base):
     pending_reason: Mapped[str | None] = mapped_column(Text)
     preemptions: Mapped[int] = mapped_column(Integer)
     working_dir: Mapped[str | None] = mapped_column(String(1024))
+    image: Mapped[str | None] = mapped_column(String(512))
+    origin: Mapped[str] = mapped_column(String(16), server_default="api")
+    """`api` (submitted to gpupool) or `kubernetes` (pods someone else created)."""
+    external_key: Mapped[str | None] = mapped_column(String(320))
+    """Kubernetes: `namespace/pod` or `namespace/group:name` of the pods it stands for."""
+    pods: Mapped[list[str] | None] = mapped_column(JSON)
+    """Kubernetes: `namespace/name` of its pods, one per task, in task order."""
+    tolerations: Mapped[list[dict[str, str | None]]] = mapped_column(JSON, server_default="[]")
 
     project: Mapped[ProjectRow] = relationship(lazy="joined")
 

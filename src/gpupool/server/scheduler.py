@@ -35,8 +35,8 @@ from gpupool.clock import Clock
 from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import Bind, CycleResult, Evict, Move, ProjectShare
 from gpupool.core.model import MILLI_PER_GPU, SchedulerSettings, TaskPlacement, Workload
-from gpupool.executors.base import Executor, Exit, Launch, NodeInventory, Stop
-from gpupool.server import usage
+from gpupool.executors.base import DiscoversWorkloads, Executor, Exit, Launch, NodeInventory, Stop
+from gpupool.server import external, usage
 from gpupool.server.db import EventRow, NodeRow, ProjectRow, TaskRow, WorkloadRow
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.services import cluster
@@ -98,11 +98,13 @@ class SchedulingLoop:
         self.shares: dict[str, ProjectShare] = {}
         self.last_cycle: CycleInfo | None = None
         self.iterations = 0
+        self._registered: tuple[NodeInventory, ...] = ()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.register_nodes(self._executor.inventory())
+        self._registered = tuple(self._executor.inventory())
+        self.register_nodes(self._registered)
         self.recover()
         self._thread = threading.Thread(target=self._run, name="gpupool-scheduler", daemon=True)
         self._thread.start()
@@ -136,6 +138,7 @@ class SchedulingLoop:
 
     def run_once(self) -> None:
         self.collect_exits()
+        self.follow_executor()
         self.remove_deleted()
         self.cycle()
         self.dispatch()
@@ -149,6 +152,19 @@ class SchedulingLoop:
         if samples:
             with self._writer.begin() as session:
                 usage.record(session, samples, self._clock.now_s())
+
+    def follow_executor(self) -> None:
+        """Nodes that came, went or changed (Kubernetes), and pods someone else created for
+        gpupool: written down before the cycle reads them."""
+        nodes = tuple(self._executor.inventory())
+        if nodes != self._registered:
+            self.register_nodes(nodes)
+            self._registered = nodes
+        if isinstance(self._executor, DiscoversWorkloads):
+            with self._writer.begin() as session:
+                projects = session.scalars(select(ProjectRow.name)).all()
+                self._executor.set_projects(projects)
+                external.sync(session, self._executor.external_pods(), self._clock.now_s())
 
     def register_nodes(self, nodes: Sequence[NodeInventory]) -> None:
         """Record the executor's nodes and devices; its nodes no longer reported go down."""
@@ -464,7 +480,12 @@ class SchedulingLoop:
         if decision.task_indices:
             return
         values = changed.setdefault(decision.workload, {})
-        if workload.is_preemptible:
+        if key.external:
+            # A pod cannot come back once evicted: its owner makes a new one, a new workload.
+            values["status"] = WorkloadStatus.DELETING.value
+            values["pending_reason"] = None
+            values[_PREEMPTED] = True
+        elif workload.is_preemptible:
             values["status"] = WorkloadStatus.PENDING.value
             values["started_at"] = None
             values["pending_reason"] = f"preempted ({decision.cause.value}): {decision.reason}"
@@ -734,4 +755,13 @@ def _launch(task: TaskRow, workload: WorkloadRow, project: str, device_memory_mi
             else None
         ),
         working_dir=workload.working_dir,
+        image=workload.image,
+        world_size=workload.tasks,
+        cpu_milli=workload.cpu_milli,
+        memory_mib=workload.memory_mib,
+        external_ref=(
+            external.ref_pod(workload.pods[task.task_index])
+            if workload.pods is not None and task.task_index < len(workload.pods)
+            else None
+        ),
     )

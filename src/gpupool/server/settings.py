@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpupool.core.model import SchedulerSettings
+from gpupool.executors.kubernetes.settings import KubeSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +22,10 @@ class ServerSettings:
     min_cycle_gap_s: float = 0.05
     """Shortest time between cycles, so a burst of submissions is scheduled in batches."""
     executor: str = "simulated"
-    """`simulated` (declared nodes, tasks only pretend) or `local` (processes on this host)."""
+    """`simulated` (declared nodes, tasks only pretend), `local` (processes on this host) or
+    `kubernetes` (a cluster's nodes and pods)."""
+    kube: KubeSettings | None = None
+    """The cluster, when `executor` is `kubernetes`."""
     simulated_nodes: str | None = "4x8"
     """Nodes of the simulated executor (`NODESxGPUS[:MEMORY][:MODEL]`); None for none."""
     fake_gpus: str | None = None

@@ -26,7 +26,11 @@ from gpupool.core.model import (
     Resources,
     SchedulerSettings,
     Snapshot,
+    Taint,
+    TaintEffect,
     TaskPlacement,
+    Toleration,
+    TolerationOperator,
     Workload,
     WorkloadType,
 )
@@ -53,6 +57,8 @@ class WorkloadKey:
     version: int
     project: str
     name: str
+    external: bool = False
+    """Pods someone else created (Kubernetes): never moved, and gone once evicted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +66,11 @@ class BuiltSnapshot:
     snapshot: Snapshot
     keys: dict[str, WorkloadKey]
     """Core workload name -> its row."""
+
+
+NODE_STATES = ("ready", "cordoned", "notready")
+"""Node states the snapshot includes: cordoned and not-ready nodes keep their work (their taints
+keep new work away)."""
 
 
 def build_snapshot(session: Session, now_s: float, settings: SchedulerSettings) -> BuiltSnapshot:
@@ -72,11 +83,13 @@ def build_snapshot(session: Session, now_s: float, settings: SchedulerSettings) 
             cpu_milli=row.cpu_milli,
             memory_mib=row.memory_mib,
             labels=tuple(sorted(row.labels.items())),
+            taints=tuple(_taint(*t) for t in row.taints or ()),
         )
         for row in session.scalars(
-            select(NodeRow).where(NodeRow.state == "ready").order_by(NodeRow.name)
+            select(NodeRow).where(NodeRow.state.in_(NODE_STATES)).order_by(NodeRow.name)
         )
     )
+    node_names = {node.name for node in nodes}
     project_rows = session.scalars(select(ProjectRow).order_by(ProjectRow.id)).unique().all()
     project_names = {row.id: row.name for row in project_rows}
     projects = tuple(
@@ -93,6 +106,8 @@ def build_snapshot(session: Session, now_s: float, settings: SchedulerSettings) 
     )
     live: dict[int, list[TaskPlacement]] = defaultdict(list)
     stopping: set[int] = set()
+    lost: set[int] = set()
+    """Workloads with tasks on nodes the snapshot lacks: left out until those tasks end."""
     for workload_id, task_index, node, devices, burst, state in session.execute(
         select(
             TaskRow.workload_id,
@@ -109,6 +124,8 @@ def build_snapshot(session: Session, now_s: float, settings: SchedulerSettings) 
     ):
         if state == TaskState.STOPPING.value:
             stopping.add(workload_id)
+        elif node not in node_names:
+            lost.add(workload_id)
         else:
             live[workload_id].append(TaskPlacement(task_index, node, tuple(devices), burst))
     workloads: list[Workload] = []
@@ -132,19 +149,24 @@ def build_snapshot(session: Session, now_s: float, settings: SchedulerSettings) 
             WorkloadRow.memory_mib,
             WorkloadRow.node_selector,
             WorkloadRow.started_at,
+            WorkloadRow.origin,
+            WorkloadRow.tolerations,
         )
         .where(WorkloadRow.status.in_(SCHEDULED))
         .order_by(WorkloadRow.id)
     ):
         placements = tuple(sorted(live.get(row.id, ()), key=lambda p: p.task_index))
-        if not placements and row.id in stopping:
+        if (not placements and row.id in stopping) or row.id in lost:
             continue
+        external = row.origin == "kubernetes"
+        if external and row.min_available is not None and row.tasks < row.min_available:
+            continue  # a pod group that still waits for its pods
         completing = row.status == WorkloadStatus.COMPLETING.value
         if completing and not placements:
             continue
         project = project_names[row.project_id]
         name = core_name(project, row.name)
-        keys[name] = WorkloadKey(row.id, row.version, project, row.name)
+        keys[name] = WorkloadKey(row.id, row.version, project, row.name, external)
         workloads.append(
             Workload(
                 name=name,
@@ -167,6 +189,8 @@ def build_snapshot(session: Session, now_s: float, settings: SchedulerSettings) 
                     int(row.started_at) if placements and row.started_at is not None else None
                 ),
                 placements=placements,
+                tolerations=tuple(_toleration(t) for t in row.tolerations or ()),
+                movable=not external,
             )
         )
     return BuiltSnapshot(
@@ -181,3 +205,17 @@ def gpu_request(kind: str, amount: int, limit_milli: int | None) -> GpuRequest:
     if request_kind is GpuRequestKind.FRACTION:
         return GpuRequest.fraction(amount, limit_milli)
     return GpuRequest.memory(amount)
+
+
+def _taint(key: str, value: str, effect: str) -> Taint:
+    return Taint(key, value or None, TaintEffect(effect))
+
+
+def _toleration(spec: dict[str, str | None]) -> Toleration:
+    effect = spec.get("effect")
+    return Toleration(
+        key=spec.get("key") or None,
+        operator=TolerationOperator(spec.get("operator") or "Equal"),
+        value=spec.get("value"),
+        effect=TaintEffect(effect) if effect else None,
+    )

@@ -3,8 +3,8 @@
 Projects take turns, the one furthest below its fair share (holding / fair share) first; inside a
 project, pending workloads go by priority, then submission. A workload that does not fit does not
 block the ones behind it. Within one allocate pass capacity only shrinks, so a shape (request,
-gang size, CPU, memory, selector) that failed once fails again: later workloads of that shape are
-answered from a cache, which keeps a long queue cheap.
+gang size, CPU, memory, selector, tolerations) that failed once fails again: later workloads of
+that shape are answered from a cache, which keeps a long queue cheap.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ def shape_key(work: WorkRecord, gang_size: int) -> ShapeKey:
         spec.cpu_milli,
         spec.memory_mib,
         spec.node_selector,
+        spec.tolerations,
     )
 
 

@@ -1,10 +1,12 @@
-"""Consolidate: move preemptible work so that a pending whole-GPU workload fits (fragmentation).
+"""Consolidate: move preemptible, movable work so that a pending whole-GPU workload fits.
 
 Only for pending work whose GPUs are idle in total but not where it needs them (e.g. 2 GPUs on
 one node while two nodes have 1 free each). For a task that fits nowhere, the nodes with the
 most empty devices are tried: movable tasks there are taken in victim order until the node has
 room, each of them must find a new place elsewhere *now*, and only then is anything moved. A
-move is a restart elsewhere, not a return to pending. Bounded: a few attempts per cycle, a few
+move is a restart elsewhere, not a return to pending. Work that is not `movable` (a pod bound by
+Kubernetes) is never moved. Only nodes that admit the pending workload (selector, taints) are
+freed, and movers go only where they are admitted. Bounded: a few attempts per cycle, a few
 moves per attempt.
 """
 
@@ -58,7 +60,7 @@ def _movable_tasks_by_node(
 ) -> dict[int, list[tuple[int, WorkRecord, int]]]:
     """Tasks that may move, per node, as (rank in victim order, work, task), first to move first."""
     session = ctx.session
-    movable = [w for w in session.works if can_be_victim(session, w)]
+    movable = [w for w in session.works if w.spec.movable and can_be_victim(session, w)]
     movable.sort(key=lambda w: victim_units(w)[-1].order)
     by_node: dict[int, list[tuple[int, WorkRecord, int]]] = {}
     for rank, work in enumerate(movable):
@@ -156,10 +158,13 @@ def _try_node(
 
 def _roomiest_nodes(ctx: CycleContext, work: WorkRecord) -> list[int]:
     session = ctx.session
+    admitted = ctx.placer.admitted_nodes(work.spec)
     nodes: list[int] = []
     for count in range(session.max_gpus_per_node, -1, -1):
         for node in session.nodes_by_empty[count]:
-            if session.nodes[node].gpu_count >= work.spec.gpu.amount:
+            if session.nodes[node].gpu_count >= work.spec.gpu.amount and (
+                admitted is None or node in admitted
+            ):
                 nodes.append(node)
                 if len(nodes) >= _CANDIDATE_NODES:
                     return nodes

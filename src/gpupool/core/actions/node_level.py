@@ -6,6 +6,12 @@ for, so it can burst up to its limit. When a placement claims that device, the t
 the device it is charged to (a PACK move, ordered before the binds that need the device); it is
 not evicted. Spreading is deterministic: per device, the earliest-submitted burstable task stays,
 later ones take idle devices in index order, so repeated cycles change nothing (G8).
+
+A task the node level may not move is *fixed*: its workload is not `movable` (a pod Kubernetes
+bound cannot be bound again), or its node now has taints it does not tolerate (a move is a
+restart there). A fixed task is never spread, not even when it starts: once on an idle device
+it could not be packed back when that device is claimed. One that arrives already on a burst
+device stays there; the placer keeps new placements off that device (`Placer` pins it).
 """
 
 from __future__ import annotations
@@ -34,13 +40,21 @@ def _pack_and_spread(
 ) -> None:
     session = ctx.session
     used = session.device_used[node]
+    fixed = {
+        work.index
+        for work, _alloc in tasks
+        if not work.spec.movable or not ctx.placer.tolerated_on(work.spec, node)
+    }
     taken: set[int] = set()
     staying: list[tuple[WorkRecord, TaskAlloc]] = []
     displaced: list[tuple[WorkRecord, TaskAlloc]] = []
-    for work, alloc in tasks:
+    # Fixed tasks first: the burst device they hold is theirs whatever the others do.
+    for work, alloc in sorted(tasks, key=lambda wa: wa[0].index not in fixed):
         burst = alloc.burst_device
         if burst is None:
             staying.append((work, alloc))
+        elif work.index in fixed:
+            taken.add(burst)
         elif used[burst] != 0 or burst in taken:
             displaced.append((work, alloc))
         else:
@@ -64,8 +78,13 @@ def _pack_and_spread(
     for work, alloc in staying:
         residents.setdefault(alloc.devices[0], []).append((work, alloc))
     for device in sorted(residents):
+        here = residents[device]
+        free_to_move = [(work, alloc) for work, alloc in here if work.index not in fixed]
         others_there = used[device] > charged_burstable.get(device, 0)
-        movers = residents[device] if others_there else residents[device][1:]
+        # One burstable task stays on the device (a fixed one if there is one), unless a
+        # non-burstable task shares it: then every one that may move leaves to burst.
+        stays_anyway = others_there or len(free_to_move) < len(here)
+        movers = free_to_move if stays_anyway else free_to_move[1:]
         for work, alloc in movers:
             if not idle:
                 return

@@ -231,7 +231,7 @@ class KubernetesExecutor:
         self._semaphore = semaphore
         self._informers = [
             Informer(self._client, Node, self._handler(self._state.on_node), name="nodes",
-                     report=self._report),
+                     labels=dict(self.settings.node_selector) or None, report=self._report),
             Informer(self._client, Namespace, self._namespace_handler, name="namespaces",
                      report=self._report),
             Informer(self._client, Pod, self._handler(self._state.on_pod), name="pods",
@@ -351,9 +351,11 @@ class KubernetesExecutor:
                 (p for p in self._state.projects
                  if o.namespace_for(p, self.settings) == namespace), None,
             )  # fmt: skip
+        # Not the attach label (gpupool.dev/project): that one is the admin's way to give a
+        # project an existing namespace, and must not follow a namespace made from a template.
         labels = {"app.kubernetes.io/managed-by": "gpupool"}
         if project is not None:
-            labels[o.PROJECT] = project
+            labels[o.CREATED_FOR] = o.dns_label(project)
         try:
             await self._api.create(Namespace(metadata=ObjectMeta(name=namespace, labels=labels)))
         except ApiError as error:

@@ -53,6 +53,8 @@ WORKLOAD = f"{PREFIX}/workload"
 TASK_INDEX = f"{PREFIX}/task-index"
 LAUNCH_ID = f"{PREFIX}/launch-id"
 RESERVED_NODE = f"{PREFIX}/reserved-node"
+CREATED_FOR = f"{PREFIX}/created-for"
+"""On a namespace gpupool made from the template: the project it made it for."""
 RESERVED_DEVICE = f"{PREFIX}/reserved-device"
 ROLE_TASK = "task"
 ROLE_RESERVATION = "reservation"
@@ -312,6 +314,7 @@ def external_pod(pod: Pod, project: str, gpu_resource: str = "nvidia.com/gpu") -
             )
         if fraction is not None and memory is not None:
             problems.append(f"annotate {GPU_FRACTION} or {GPU_MEMORY}, not both")
+        key = GPU_MEMORY if fraction is None else GPU_FRACTION
         try:
             if memory is not None and fraction is None:
                 kind, amount = "memory", parse_memory_mib(memory)
@@ -324,9 +327,10 @@ def external_pod(pod: Pod, project: str, gpu_resource: str = "nvidia.com/gpu") -
                     )
                 kind, amount = "fraction", parsed.milli
                 if GPU_FRACTION_LIMIT in annotations:
+                    key = GPU_FRACTION_LIMIT
                     limit = parse_gpu_limit(annotations[GPU_FRACTION_LIMIT], parsed)
         except ValueError as error:
-            problems.append(str(error))
+            problems.append(f"annotation {key}: {error}")
     elif GPU_FRACTION_LIMIT in annotations:
         problems.append(f"{GPU_FRACTION_LIMIT} needs {GPU_FRACTION} too")
     elif whole == 0:
@@ -527,7 +531,6 @@ def task_pod(launch: Launch, namespace: str, settings: KubeSettings) -> Pod:
                     name="task",
                     image=launch.image or settings.default_image,
                     command=list(launch.command) or None,
-                    workingDir=launch.working_dir or None,
                     env=task_environment(launch, settings),
                     resources=ResourceRequirements(
                         limits=limits or None, requests=requests or None

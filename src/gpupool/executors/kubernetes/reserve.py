@@ -12,11 +12,13 @@ downward API sets them). `GPUPOOL_RESERVE_ONCE=1` exits after reporting (tests).
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
 import threading
 import time
+from typing import Any
 
 ANNOTATION = "gpupool.dev/gpu-uuid"
 
@@ -34,8 +36,7 @@ def device_uuid(environ: dict[str, str]) -> str | None:
 def _uuid_from_nvml(index: str) -> str | None:
     """The UUID of the visible device `index` from NVML, when the device plugin gave an index."""
     try:
-        import pynvml
-
+        pynvml: Any = importlib.import_module("pynvml")  # untyped; nvidia-ml-py
         pynvml.nvmlInit()
         try:
             handle = pynvml.nvmlDeviceGetHandleByIndex(int(index) if index.isdigit() else 0)

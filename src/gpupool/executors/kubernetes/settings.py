@@ -62,5 +62,7 @@ class KubeSettings:
     """How long a sharing task waits for its reservation pod to report its device."""
     finished_pod_ttl_s: float = 3600.0
     """Pods of finished tasks are kept this long (for `gpupool logs`), then deleted."""
+    node_selector: tuple[tuple[str, str], ...] = ()
+    """Only nodes with these labels are gpupool's (default: every node with GPUs)."""
     api_concurrency: int = 32
     """Requests in flight at once (pod creations, bindings, evictions)."""

@@ -53,7 +53,8 @@ def register(session: Session, node: NodeInventory, executor: str, now_s: float)
     if row is None:
         row = NodeRow(name=node.name, executor=executor, registered_at=now_s)
         session.add(row)
-    row.state = "ready"
+    row.state = node.state
+    row.taints = [list(taint) for taint in node.taints]
     row.gpu_count = node.gpu_count
     row.gpu_memory_mib = node.gpu_memory_mib
     row.gpu_model = node.gpu_model

@@ -159,6 +159,9 @@ def _workload_values(
         "pending_reason": "waiting for the next scheduling cycle",
         "preemptions": 0,
         "working_dir": body.working_dir,
+        "image": body.image,
+        "origin": "api",
+        "tolerations": [],
     }
 
 
@@ -375,6 +378,8 @@ def view(row: WorkloadRow, running_tasks: int, project: str | None = None) -> Wo
         preemptions=row.preemptions,
         running_tasks=running_tasks,
         working_dir=row.working_dir,
+        image=row.image,
+        origin=row.origin or "api",
     )
 
 
