@@ -62,6 +62,7 @@ sys.path.insert(0, str(ROOT / "tools" / "kubetest"))
 
 import testenv  # noqa: E402
 
+from gpupool.executors.kubernetes.client import warm_up_decoders  # noqa: E402
 from gpupool.server.process import ServerProcess  # noqa: E402
 
 POOL = ("gpupool.bench/pool", "kubernetes")
@@ -93,6 +94,7 @@ class Result:
 
 
 def client_for(plane: testenv.ControlPlane) -> Client:
+    warm_up_decoders()  # the client is used from many threads: see its docstring
     return Client(KubeConfig.from_file(plane.kubeconfig).get(), field_manager="bench")
 
 

@@ -22,7 +22,10 @@ from lightkube.models.core_v1 import NodeSpec, NodeStatus, Taint
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 
+from gpupool.executors.kubernetes.client import warm_up_decoders
 from gpupool.server.process import ServerProcess
+
+warm_up_decoders()  # before any test thread decodes (see its docstring)
 
 T = TypeVar("T")
 _names = itertools.count()

@@ -71,6 +71,9 @@ class Placer:
         self._admitted: dict[
             tuple[NodeSelector, tuple[Toleration, ...]], tuple[frozenset[int] | None]
         ] = {}
+        self._repelling_taints: dict[
+            tuple[NodeSelector, tuple[Toleration, ...]], tuple[int, tuple[str, ...]]
+        ] = {}
         self._pins: dict[int, list[tuple[WorkRecord, int, int]]] = {}
         self._pin_burst_devices()
 
@@ -140,16 +143,19 @@ class Placer:
         the keys of those taints), for the pending reason."""
         if not self._repelling:
             return 0, ()
-        untolerated = self._untolerated_nodes(workload.tolerations)
-        selector = workload.node_selector
-        if selector:
-            untolerated = untolerated & self._selected(selector)
-        keys = {
-            taint.key
-            for i in untolerated
-            for taint in self.session.nodes[i].untolerated_taints(workload.tolerations)
-        }
-        return len(untolerated), tuple(sorted(keys))
+        key = (workload.node_selector, workload.tolerations)
+        cached = self._repelling_taints.get(key)
+        if cached is None:
+            untolerated = self._untolerated_nodes(workload.tolerations)
+            if workload.node_selector:
+                untolerated = untolerated & self._selected(workload.node_selector)
+            keys = {
+                taint.key
+                for i in untolerated
+                for taint in self.session.nodes[i].untolerated_taints(workload.tolerations)
+            }
+            cached = self._repelling_taints[key] = (len(untolerated), tuple(sorted(keys)))
+        return cached
 
     # --- devices kept from new placements -------------------------------------------------
 

@@ -30,7 +30,7 @@ from lightkube.types import PatchType
 from gpupool.clock import Clock
 from gpupool.executors.base import Exit, Launch, NodeInventory, Stop, UsageSample
 from gpupool.executors.kubernetes import objects as o
-from gpupool.executors.kubernetes.client import load_config
+from gpupool.executors.kubernetes.client import load_config, warm_up_decoders
 from gpupool.executors.kubernetes.informer import Informer
 from gpupool.executors.kubernetes.settings import KubeSettings
 from gpupool.executors.kubernetes.state import Bind, ClusterState, LaunchRecord
@@ -224,6 +224,7 @@ class KubernetesExecutor:
 
         self._closing = asyncio.Event()
         self._kick = asyncio.Event()
+        warm_up_decoders()
         self._client = AsyncClient(
             self._config, timeout=httpx2.Timeout(15.0), field_manager="gpupool"
         )

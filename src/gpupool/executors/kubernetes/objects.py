@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lightkube.models.core_v1 import (
+    Capabilities,
     Container,
     EnvVar,
     EnvVarSource,
@@ -31,6 +32,7 @@ from lightkube.models.core_v1 import (
     ObjectReference,
     PodSpec,
     ResourceRequirements,
+    SeccompProfile,
     SecurityContext,
     ServicePort,
     ServiceSpec,
@@ -389,7 +391,11 @@ def external_pod(pod: Pod, project: str, gpu_resource: str = "nvidia.com/gpu") -
         preemptible=preemptible,
         image=first.image if first else None,
         command=command[:256],
-        grace_period_s=int(spec.terminationGracePeriodSeconds or 30),
+        grace_period_s=(
+            30
+            if spec.terminationGracePeriodSeconds is None
+            else max(0, min(86_400, int(spec.terminationGracePeriodSeconds)))
+        ),
         created_at=str(meta.creationTimestamp or ""),
         node=spec.nodeName or None,
         launch_id=annotations.get(LAUNCH_ID),
@@ -598,7 +604,11 @@ def reservation_pod(node: str, device: int, settings: KubeSettings) -> Pod:
                         requests={settings.gpu_resource: "1", "cpu": "10m", "memory": "32Mi"},
                     ),
                     securityContext=SecurityContext(
-                        allowPrivilegeEscalation=False, readOnlyRootFilesystem=True
+                        allowPrivilegeEscalation=False,
+                        readOnlyRootFilesystem=True,
+                        runAsNonRoot=True,
+                        capabilities=Capabilities(drop=["ALL"]),
+                        seccompProfile=SeccompProfile(type="RuntimeDefault"),
                     ),
                 )
             ],
