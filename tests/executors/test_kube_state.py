@@ -100,7 +100,7 @@ def test_a_launch_is_created_then_bound() -> None:
     assert (bind.node, bind.pod_name, dict(bind.annotations)) == (
         "n1",
         o.task_pod_name(job),
-        {o.LAUNCH_ID: job.launch_id},
+        {o.LAUNCH_ID: job.launch_id, o.DEVICES: "0"},
     )
     state.bound(job.launch_id, "n1")
     assert not state.plan(0)
@@ -229,6 +229,21 @@ def test_a_restarted_server_adopts_its_pods_from_the_cluster() -> None:
     assert state.alive() == {job.launch_id}
     assert state.exits() == []  # acknowledged before the restart: not reported again
     assert state.held_gpus() == {"n1": 1}
+
+
+def test_a_new_leader_keeps_the_reservations_its_adopted_sharers_use() -> None:
+    state = state_with_node()
+    share = launch(gpu_milli=500, devices=(3,))
+    pod = pod_of(share, "n1", "Running", annotations={o.DEVICES: "3", o.VISIBLE_DEVICES: "GPU-a"})
+    state.on_pod(ADDED, pod, 0)
+    reservation = o.reservation_pod("n1", 3, SETTINGS)
+    state.on_pod(ADDED, reservation, 0)
+    assert state.launches[share.launch_id].devices == (3,)
+    assert not state.plan(1).deletes  # still in use: not deleted under the running sharer
+    state.on_pod(DELETED, pod, 2)
+    assert state.plan(2).deletes == [
+        (SETTINGS.system_namespace, o.reservation_pod_name("n1", 3), 0)
+    ]
 
 
 def test_pods_of_others_in_project_namespaces_are_external_workloads() -> None:

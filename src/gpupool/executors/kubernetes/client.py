@@ -95,3 +95,27 @@ def async_client(settings: KubeSettings, timeout_s: float = 10.0) -> AsyncClient
     return AsyncClient(
         load_config(settings), timeout=httpx2.Timeout(timeout_s), field_manager="gpupool"
     )
+
+
+def pooled_async_client(
+    config: SingleConfig, connections: int, timeout_s: float = 15.0
+) -> AsyncClient:
+    """An async client that keeps `connections` HTTP/1.1 connections open.
+
+    httpx keeps 20 idle connections by default; with more requests in flight than that, a burst
+    of bindings closes and reopens connections (a TLS handshake each) for as long as it lasts.
+    HTTP/2 would multiplex everything on one connection, but its streams stalled watch events
+    in our tests (httpx2 with h2), so gpupool keeps to HTTP/1.1 with a larger pool.
+    """
+    import httpx2
+    from lightkube.config.client_adapter import verify_cluster
+
+    warm_up_decoders()
+    assert config.user is not None, "the kubeconfig context names no user"
+    transport = httpx2.AsyncHTTPTransport(
+        verify=verify_cluster(config.cluster, config.user, config.abs_file),
+        limits=httpx2.Limits(max_connections=connections, max_keepalive_connections=connections),
+    )
+    return AsyncClient(
+        config, timeout=httpx2.Timeout(timeout_s), field_manager="gpupool", transport=transport
+    )

@@ -30,7 +30,11 @@ from lightkube.types import PatchType
 from gpupool.clock import Clock
 from gpupool.executors.base import Exit, Launch, NodeInventory, Stop, UsageSample
 from gpupool.executors.kubernetes import objects as o
-from gpupool.executors.kubernetes.client import load_config, warm_up_decoders
+from gpupool.executors.kubernetes.client import (
+    load_config,
+    pooled_async_client,
+    warm_up_decoders,
+)
 from gpupool.executors.kubernetes.informer import Informer
 from gpupool.executors.kubernetes.settings import KubeSettings
 from gpupool.executors.kubernetes.state import Bind, ClusterState, LaunchRecord
@@ -80,6 +84,7 @@ class KubernetesExecutor:
         self._inflight: set[str] = set()
         self._retry_at: dict[str, tuple[float, float]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._forgot_at_s = 0.0
         self._thread = threading.Thread(target=self._run, name="gpupool-kubernetes", daemon=True)
         self._thread.start()
         try:
@@ -220,14 +225,12 @@ class KubernetesExecutor:
             self._loop.call_soon_threadsafe(kick.set)
 
     async def _main(self) -> None:
-        import httpx2
 
         self._closing = asyncio.Event()
         self._kick = asyncio.Event()
         warm_up_decoders()
-        self._client = AsyncClient(
-            self._config, timeout=httpx2.Timeout(15.0), field_manager="gpupool"
-        )
+        # Room for every request in flight, the three watches and a log read.
+        self._client = pooled_async_client(self._config, self.settings.api_concurrency + 8)
         semaphore = asyncio.Semaphore(self.settings.api_concurrency)
         self._semaphore = semaphore
         self._informers = [
@@ -280,13 +283,16 @@ class KubernetesExecutor:
                 self._reconcile_once()
             except Exception as error:  # a bug here must not stop the executor
                 self._report(f"reconcile failed: {type(error).__name__}: {error}")
-            await asyncio.sleep(0.01)  # let a burst of events and calls gather
+            await asyncio.sleep(0.02)  # let a burst of events and calls gather
 
     def _reconcile_once(self) -> None:
         now = self._clock.now_s()
         with self._lock:
             plan = self._state.plan(now)
-            expired = self._state.forget_finished(now)
+            expired: list[tuple[str, str]] = []
+            if now - self._forgot_at_s >= 5.0:
+                expired = self._state.forget_finished(now)
+                self._forgot_at_s = now
         for namespace in plan.namespaces:
             self._spawn(f"ns:{namespace}", self._create_namespace(namespace))
         for record in plan.creates:

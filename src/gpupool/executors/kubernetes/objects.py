@@ -76,6 +76,8 @@ VISIBLE_DEVICES = f"{PREFIX}/visible-devices"
 GPU_UUID = f"{PREFIX}/gpu-uuid"
 """On a reservation pod: the device it was given, written by the pod itself (`reserve`)."""
 ACKNOWLEDGED = f"{PREFIX}/acknowledged"
+DEVICES = f"{PREFIX}/devices"
+"""gpupool's device indices of a bound pod ("0,1"): a new leader reads them back."""
 DURATION = "test.gpupool.dev/complete-after"
 """Simulated clusters (KWOK): how long a task 'runs' (from the workload's `duration_s`)."""
 
@@ -98,6 +100,18 @@ def dns_label(text: str, max_length: int = _MAX_NAME) -> str:
 
 def namespace_for(project: str, settings: KubeSettings) -> str:
     return dns_label(settings.namespace_template.format(project=project))
+
+
+def format_devices(devices: tuple[int, ...]) -> str:
+    return ",".join(str(d) for d in devices)
+
+
+def parse_devices(text: str) -> tuple[int, ...]:
+    """The indices `format_devices` wrote; nothing for anything else."""
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        return ()
 
 
 def task_pod_name(launch: Launch) -> str:

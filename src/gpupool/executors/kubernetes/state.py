@@ -127,6 +127,14 @@ class ClusterState:
         self.launches: dict[str, LaunchRecord] = {}
         self._by_pod: dict[PodKey, str] = {}
         self.pods_bound: dict[PodKey, tuple[str, int]] = {}
+        self._held: dict[str, int] = defaultdict(int)
+        """Whole devices held per node by `pods_bound` (kept in step with it)."""
+        self._todo: set[str] = set()
+        """Launches that may need an API call: `plan` looks at these only."""
+        self._finished: set[str] = set()
+        """Ended and acknowledged launches, for `forget_finished`."""
+        self._sharers: dict[tuple[str, int], set[str]] = defaultdict(set)
+        self._gangs: dict[tuple[str, str, str], set[str]] = defaultdict(set)
         """Every live pod on a node, any scheduler: (node, whole GPUs it holds)."""
         self.reservations: dict[tuple[str, int], Reservation] = {}
         self.external: dict[PodKey, o.ExternalPod] = {}
@@ -197,9 +205,9 @@ class ClusterState:
         gone = event == DELETED
         terminal = o.pod_is_terminal(pod)
         if not gone and not terminal and spec.nodeName:
-            self.pods_bound[key] = (spec.nodeName, o.pod_gpu_count(pod, self.settings.gpu_resource))
+            self._set_bound(key, spec.nodeName, o.pod_gpu_count(pod, self.settings.gpu_resource))
         else:
-            self.pods_bound.pop(key, None)
+            self._unset_bound(key)
         if spec.schedulerName != self.settings.scheduler_name:
             return
         if labels.get(o.ROLE) == o.ROLE_RESERVATION:
@@ -233,6 +241,15 @@ class ClusterState:
             record.node = spec.nodeName
         elif record.state == NEW:
             record.state = CREATED
+        self._touch(record)
+
+    def _register(self, record: LaunchRecord) -> None:
+        """Count a live launch as a user of its shared device and a member of its gang."""
+        if record.shared and record.devices:
+            self._sharers[(record.node, record.devices[0])].add(record.launch_id)
+        launch = record.launch
+        if launch is not None and launch.world_size > 1 and not record.external:
+            self._gangs[(launch.workload, launch.project, record.namespace)].add(record.launch_id)
 
     def _adopt(self, launch_id: str, key: PodKey, pod: Pod, now_s: float) -> LaunchRecord:
         """A launch found in the cluster (a restart, or a failover to this replica)."""
@@ -247,7 +264,7 @@ class ClusterState:
             pod_name=key[1],
             external=labels.get(o.MANAGED) != "true",
             node=spec.nodeName or "",
-            devices=(),
+            devices=o.parse_devices(annotations.get(o.DEVICES, "")),
             shared=gpus == 0,
             gpus=gpus,
             launch=None,
@@ -259,6 +276,8 @@ class ClusterState:
         record.pod_exists = True
         self.launches[launch_id] = record
         self._by_pod[key] = launch_id
+        self._register(record)
+        self._touch(record)
         return record
 
     def _on_reservation(self, key: PodKey, pod: Pod, gone: bool) -> None:
@@ -296,7 +315,15 @@ class ClusterState:
     ) -> None:
         record.ended = Exit(record.launch_id, code, now_s, reason, stopped=stopped)
         record.finished_at_s = now_s
-        self.pods_bound.pop(record.key, None)
+        self._unset_bound(record.key)
+        if record.shared and record.devices:
+            self._sharers[(record.node, record.devices[0])].discard(record.launch_id)
+        launch = record.launch
+        if launch is not None and launch.world_size > 1 and not record.external:
+            self._gangs[(launch.workload, launch.project, record.namespace)].discard(
+                record.launch_id
+            )
+        self._touch(record)
 
     def _end_gone(self, record: LaunchRecord, now_s: float) -> None:
         if record.stop is not None:
@@ -340,6 +367,8 @@ class ClusterState:
             )
             self.launches[launch.launch_id] = record
             self._by_pod[record.key] = launch.launch_id
+            self._register(record)
+            self._touch(record)
             if record.external and record.key not in self.external:
                 self._end(record, -1, "its pod no longer exists", now_s, stopped=True)
 
@@ -349,6 +378,7 @@ class ClusterState:
             if record is None or record.ended is not None or record.stop is not None:
                 continue
             record.stop = stop
+            self._touch(record)
             if record.state == NEW:
                 self._end(record, 143, f"stopped before it started: {stop.reason}", now_s, True)
 
@@ -368,6 +398,7 @@ class ClusterState:
             record = self.launches.get(launch_id)
             if record is not None and record.ended is not None:
                 record.acknowledged = True
+                self._touch(record)
 
     def inventory(self) -> tuple[NodeInventory, ...]:
         from dataclasses import replace
@@ -389,6 +420,7 @@ class ClusterState:
         if record is not None and record.state == NEW and record.ended is None:
             record.state = CREATED
             record.pod_exists = True
+            self._touch(record)
 
     def bound(self, launch_id: str, node: str) -> None:
         record = self.launches.get(launch_id)
@@ -396,7 +428,8 @@ class ClusterState:
             return
         record.state = BOUND
         record.node = node
-        self.pods_bound[record.key] = (node, record.gpus)
+        self._set_bound(record.key, node, record.gpus)
+        self._touch(record)
 
     def failed(self, launch_id: str, reason: str, now_s: float) -> None:
         """A launch that cannot start (its pod refused, its device never reported)."""
@@ -408,6 +441,7 @@ class ClusterState:
         record = self.launches.get(launch_id)
         if record is not None:
             record.stop_sent = True
+            self._touch(record)
 
     def pod_gone(self, launch_id: str, now_s: float) -> None:
         record = self.launches.get(launch_id)
@@ -426,6 +460,7 @@ class ClusterState:
         launch_id = self._by_pod.get(key)
         if launch_id is not None and launch_id in self.launches:
             self.launches[launch_id].stop_sent = True
+            self._touch(self.launches[launch_id])
         if key[0] == self.settings.system_namespace:
             for reservation in self.reservations.values():
                 if reservation.pod_name == key[1]:
@@ -435,6 +470,7 @@ class ClusterState:
         launch_id = self._by_pod.get(key)
         if launch_id is not None and launch_id in self.launches:
             self.launches[launch_id].ack_written = True
+            self._touch(self.launches[launch_id])
 
     def namespace_created(self, namespace: str) -> None:
         self.namespace_labels.setdefault(namespace, {})
@@ -448,12 +484,34 @@ class ClusterState:
 
     # --- planning -------------------------------------------------------------------------
 
+    def _set_bound(self, key: PodKey, node: str, gpus: int) -> None:
+        self._unset_bound(key)
+        self.pods_bound[key] = (node, gpus)
+        self._held[node] += gpus
+
+    def _unset_bound(self, key: PodKey) -> None:
+        old = self.pods_bound.pop(key, None)
+        if old is not None:
+            self._held[old[0]] -= old[1]
+
+    def _touch(self, record: LaunchRecord) -> None:
+        """Note whether `record` may need an API call (`plan`) or may be forgotten."""
+        launch_id = record.launch_id
+        if record.ended is not None:
+            waiting_ack = record.acknowledged and not record.ack_written and record.pod_exists
+            (self._todo.add if waiting_ack else self._todo.discard)(launch_id)
+            (self._finished.add if record.acknowledged else self._finished.discard)(launch_id)
+        elif record.stop is not None:
+            (self._todo.discard if record.stop_sent else self._todo.add)(launch_id)
+        elif record.state == BOUND:
+            self._todo.discard(launch_id)
+        else:
+            self._todo.add(launch_id)
+
     def held_gpus(self) -> dict[str, int]:
         """Whole devices held per node: by live pods of any scheduler, and by reservations
         created but not seen by the watch yet."""
-        held: dict[str, int] = defaultdict(int)
-        for node, gpus in self.pods_bound.values():
-            held[node] += gpus
+        held: dict[str, int] = defaultdict(int, self._held)
         for (node, _), reservation in self.reservations.items():
             if reservation.exists and not reservation.seen:
                 held[node] += 1
@@ -462,18 +520,17 @@ class ClusterState:
     def plan(self, now_s: float) -> Plan:
         plan = Plan()
         held = self.held_gpus()
-        in_use: set[tuple[str, int]] = set()
-        gangs: set[tuple[str, str, str]] = set()
-        for record in self.launches.values():
+        in_use = {slot for slot, users in self._sharers.items() if users}
+        gangs = {gang for gang, members in self._gangs.items() if members}
+        for launch_id in sorted(self._todo):
+            record = self.launches.get(launch_id)
+            if record is None:
+                self._todo.discard(launch_id)
+                continue
             if record.ended is not None:
                 if record.acknowledged and not record.ack_written and record.pod_exists:
                     plan.acknowledgements.append(record.key)
                 continue
-            launch = record.launch
-            if record.shared and record.devices:
-                in_use.add((record.node, record.devices[0]))
-            if launch is not None and launch.world_size > 1 and not record.external:
-                gangs.add((launch.workload, launch.project, record.namespace))
             if record.stop is not None:
                 if not record.stop_sent:
                     if record.state == BOUND:
@@ -505,7 +562,12 @@ class ClusterState:
         for slot, reservation in self.reservations.items():
             if slot not in in_use and reservation.exists and not reservation.deleting:
                 plan.deletes.append((self.settings.system_namespace, reservation.pod_name, 0))
-        plan.deletes += self._orphans_of_removed_nodes(now_s)
+        if self._node_gone_at:
+            plan.deletes += self._orphans_of_removed_nodes(now_s)
+        for slot in [slot for slot, users in self._sharers.items() if not users]:
+            del self._sharers[slot]
+        for gang in [gang for gang, members in self._gangs.items() if not members]:
+            del self._gangs[gang]
         return plan
 
     def _bind_if_ready(
@@ -516,7 +578,10 @@ class ClusterState:
             if record.node in self._node_gone_at:
                 self.failed(record.launch_id, f"its node {record.node} was removed", now_s)
             return None
-        annotations = [(o.LAUNCH_ID, record.launch_id)]
+        annotations = [
+            (o.LAUNCH_ID, record.launch_id),
+            (o.DEVICES, o.format_devices(record.devices)),
+        ]
         if record.shared:
             slot = (record.node, record.devices[0] if record.devices else 0)
             reservation = self.reservations.get(slot)
@@ -561,8 +626,10 @@ class ClusterState:
         `gpupool logs`); returns gpupool's own finished pods to delete now (pods someone else
         created are theirs to delete)."""
         expired: list[PodKey] = []
-        for launch_id, record in list(self.launches.items()):
-            if record.ended is None or not record.acknowledged:
+        for launch_id in list(self._finished):
+            record = self.launches.get(launch_id)
+            if record is None or record.ended is None or not record.acknowledged:
+                self._finished.discard(launch_id)
                 continue
             if record.pod_exists:
                 age_s = now_s - (record.finished_at_s or now_s)
@@ -571,6 +638,8 @@ class ClusterState:
                 if not record.external:
                     expired.append(record.key)
             del self.launches[launch_id]
+            self._finished.discard(launch_id)
+            self._todo.discard(launch_id)
             if self._by_pod.get(record.key) == launch_id:
                 del self._by_pod[record.key]
         return expired
