@@ -8,6 +8,7 @@ how it compared with the official client and kubernetes_asyncio.
 from __future__ import annotations
 
 import contextlib
+import ssl
 import threading
 
 import msgspec
@@ -108,14 +109,20 @@ def pooled_async_client(
     in our tests (httpx2 with h2), so gpupool keeps to HTTP/1.1 with a larger pool.
     """
     import httpx2
-    from lightkube.config.client_adapter import verify_cluster
 
     warm_up_decoders()
-    assert config.user is not None, "the kubeconfig context names no user"
     transport = httpx2.AsyncHTTPTransport(
-        verify=verify_cluster(config.cluster, config.user, config.abs_file),
+        verify=tls_context(config),
         limits=httpx2.Limits(max_connections=connections, max_keepalive_connections=connections),
     )
     return AsyncClient(
         config, timeout=httpx2.Timeout(timeout_s), field_manager="gpupool", transport=transport
     )
+
+
+def tls_context(config: SingleConfig) -> ssl.SSLContext:
+    """The kubeconfig's TLS settings: the cluster's CA and the user's client certificate."""
+    from lightkube.config.client_adapter import verify_cluster
+    from lightkube.config.models import User
+
+    return verify_cluster(config.cluster, config.user or User(), config.abs_file)

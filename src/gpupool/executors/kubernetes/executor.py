@@ -33,8 +33,10 @@ from gpupool.executors.kubernetes import objects as o
 from gpupool.executors.kubernetes.client import (
     load_config,
     pooled_async_client,
+    tls_context,
     warm_up_decoders,
 )
+from gpupool.executors.kubernetes.fastpost import FastPoster
 from gpupool.executors.kubernetes.informer import Informer
 from gpupool.executors.kubernetes.settings import KubeSettings
 from gpupool.executors.kubernetes.state import Bind, ClusterState, LaunchRecord
@@ -44,6 +46,15 @@ __all__ = ["KubernetesExecutor", "KubernetesUnavailableError"]
 T = TypeVar("T")
 _MAX_LOG_BYTES = 16 * 1024 * 1024
 _BACKOFF_MAX_S = 10.0
+
+
+class RefusedError(Exception):
+    """The API server answered a write with an error status."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
 
 
 class KubernetesUnavailableError(RuntimeError):
@@ -80,6 +91,7 @@ class KubernetesExecutor:
         self._closing: asyncio.Event | None = None
         self._kick: asyncio.Event | None = None
         self._client: AsyncClient | None = None
+        self._poster: FastPoster | None = None
         self._informers: list[Informer[Any]] = []
         self._inflight: set[str] = set()
         self._retry_at: dict[str, tuple[float, float]] = {}
@@ -231,6 +243,9 @@ class KubernetesExecutor:
         warm_up_decoders()
         # Room for every request in flight, the three watches and a log read.
         self._client = pooled_async_client(self._config, self.settings.api_concurrency + 8)
+        self._poster = FastPoster.for_config(
+            self._config, tls_context(self._config), self.settings.api_concurrency
+        )
         semaphore = asyncio.Semaphore(self.settings.api_concurrency)
         self._semaphore = semaphore
         self._informers = [
@@ -251,6 +266,8 @@ class KubernetesExecutor:
                 task.cancel()
             await asyncio.gather(*runners, reconciler, *self._tasks, return_exceptions=True)
             await self._client.close()
+            if self._poster is not None:
+                await self._poster.close()
 
     async def _wait_synced(self) -> None:
         while not all(informer.synced.is_set() for informer in self._informers):
@@ -334,7 +351,9 @@ class KubernetesExecutor:
             except Exception as error:
                 delay_s = min(_BACKOFF_MAX_S, (retry[1] * 2) if retry else 0.5)
                 self._retry_at[key] = (time.monotonic() + delay_s, delay_s)
-                if delay_s >= _BACKOFF_MAX_S / 2 or not isinstance(error, OSError | ApiError):
+                if delay_s >= _BACKOFF_MAX_S / 2 or not isinstance(
+                    error, OSError | ApiError | RefusedError
+                ):
                     self._report(f"{key}: {type(error).__name__}: {error} (retrying)")
             finally:
                 self._inflight.discard(key)
@@ -375,9 +394,9 @@ class KubernetesExecutor:
         assert record.launch is not None
         pod = o.task_pod(record.launch, record.namespace, self.settings)
         try:
-            await self._api.create(pod)
-        except ApiError as error:
-            code = error.status.code
+            await self._post(f"/api/v1/namespaces/{record.namespace}/pods", pod, None, None)
+        except RefusedError as error:
+            code = error.code
             if code == 404:  # the namespace went away: make it again, then the pod
                 with self._lock:
                     self._state.namespace_labels.pop(record.namespace, None)
@@ -387,7 +406,7 @@ class KubernetesExecutor:
                     with self._lock:
                         self._state.failed(
                             record.launch_id,
-                            f"Kubernetes refused its pod ({code}): {error.status.message}",
+                            f"Kubernetes refused its pod ({code}): {error.message}",
                             self._clock.now_s(),
                         )
                     return
@@ -434,22 +453,36 @@ class KubernetesExecutor:
             if error.status.code != 409:
                 raise
 
-    async def _post_subresource(self, obj: Any, name: str, namespace: str) -> None:
-        """POST a Binding or an Eviction. The API server answers with a Status, which lightkube
-        tries to read as the object it sent and cannot: its error comes only after a 2xx answer
-        (errors raise `ApiError` first), so here it means success."""
-        with contextlib.suppress(msgspec.ValidationError):
-            await self._api.create(obj, name, namespace=namespace)
+    async def _post(self, path: str, obj: Any, name: str | None, namespace: str | None) -> None:
+        """POST `obj` to `path` (the fast path when the credentials allow it, else lightkube);
+        `RefusedError` with the API server's code and message when it says no."""
+        if self._poster is not None:
+            result = await self._poster.post(path, obj.to_dict())
+            if result.status >= 300:
+                raise RefusedError(result.status, result.message)
+            return
+        try:
+            if name is None:
+                await self._api.create(obj)
+            else:
+                await self._api.create(obj, name, namespace=namespace)
+        except msgspec.ValidationError:
+            # A Binding or an Eviction is answered with a Status, which lightkube tries to
+            # read as what it sent; its error comes only after a 2xx answer (errors raise
+            # ApiError first), so here it means success.
+            pass
+        except ApiError as error:
+            raise RefusedError(
+                error.status.code or 500, error.status.message or str(error)
+            ) from None
 
     async def _bind(self, bind: Bind) -> None:
+        path = f"/api/v1/namespaces/{bind.namespace}/pods/{bind.pod_name}/binding"
+        binding = o.binding(bind.pod_name, bind.namespace, bind.node, dict(bind.annotations))
         try:
-            await self._post_subresource(
-                o.binding(bind.pod_name, bind.namespace, bind.node, dict(bind.annotations)),
-                bind.pod_name,
-                bind.namespace,
-            )
-        except ApiError as error:
-            code = error.status.code
+            await self._post(path, binding, bind.pod_name, bind.namespace)
+        except RefusedError as error:
+            code = error.code
             if code == 404:
                 with self._lock:
                     self._state.pod_gone(bind.launch_id, self._clock.now_s())
@@ -474,10 +507,11 @@ class KubernetesExecutor:
             metadata=ObjectMeta(name=record.pod_name, namespace=record.namespace),
             deleteOptions=DeleteOptions(gracePeriodSeconds=grace_s),
         )
+        path = f"/api/v1/namespaces/{record.namespace}/pods/{record.pod_name}/eviction"
         try:
-            await self._post_subresource(eviction, record.pod_name, record.namespace)
-        except ApiError as error:
-            if error.status.code == 404:
+            await self._post(path, eviction, record.pod_name, record.namespace)
+        except RefusedError as error:
+            if error.code == 404:
                 with self._lock:
                     self._state.stop_sent(record.launch_id)
                     self._state.pod_gone(record.launch_id, self._clock.now_s())
