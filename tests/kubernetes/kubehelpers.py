@@ -257,8 +257,11 @@ class GpupoolOnKubernetes:
         database_url: str | None = None,
         extra_args: Sequence[str] = (),
         pool: str | None = None,
+        token_from: GpupoolOnKubernetes | None = None,
     ) -> None:
         self.cluster = cluster
+        self.token_from = token_from
+        """Another replica on the same database: the first admin's token is in its data dir."""
         self.pool = pool or unique("pool")
         self.data_dir = data_dir
         args = [
@@ -283,7 +286,7 @@ class GpupoolOnKubernetes:
         self.process.start(timeout_s=60)
         self.http = httpx.Client(
             base_url=self.process.url,
-            headers={"Authorization": f"Bearer {self.process.admin_token}"},
+            headers={"Authorization": f"Bearer {self.admin_token}"},
             timeout=30,
         )
         return self
@@ -299,6 +302,11 @@ class GpupoolOnKubernetes:
         self.process.stop()
         for namespace in list(self.cluster.namespace_labels_with_prefix(self.pool)):
             self.cluster.forget_namespace(namespace)
+
+    @property
+    def admin_token(self) -> str:
+        source = self.token_from.process if self.token_from is not None else self.process
+        return source.admin_token
 
     @property
     def api(self) -> httpx.Client:

@@ -16,6 +16,7 @@ from gpupool.api.schemas import ErrorDetail, ErrorOut, validation_error_out
 from gpupool.clock import Clock, SystemClock
 from gpupool.executors.base import Executor
 from gpupool.executors.gpus import open_backend
+from gpupool.executors.kubernetes.leader import LeaderElector
 from gpupool.executors.kubernetes.settings import KubeSettings
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.simulated import SimulatedExecutor, parse_simulated_nodes
@@ -68,7 +69,6 @@ def default_executor(settings: ServerSettings, clock: Clock, announce: Announce)
                 clock,
                 utilization=utilization_source(kube, announce),
                 report=announce,
-                active=not kube.leader_election,
             )
         except KubernetesUnavailableError as error:
             raise ValueError(str(error)) from None
@@ -76,6 +76,32 @@ def default_executor(settings: ServerSettings, clock: Clock, announce: Announce)
         f"executor {settings.executor!r} is not known: use local (processes on this machine), "
         "simulated (declared nodes) or kubernetes (a cluster's nodes and pods)"
     )
+
+
+def leader_elector(
+    settings: ServerSettings, executor: Executor, announce: Announce
+) -> LeaderElector | None:
+    """With --leader-elect on Kubernetes: the Lease that decides which replica schedules. The
+    executor acts (binds, evicts, creates) only while this replica leads."""
+    kube = settings.kube
+    if settings.executor != "kubernetes" or kube is None or not kube.leader_election:
+        return None
+    from gpupool.executors.kubernetes.client import sync_client
+    from gpupool.executors.kubernetes.executor import KubernetesExecutor
+    from gpupool.executors.kubernetes.leader import KubeLeaseStore
+
+    store = KubeLeaseStore(sync_client(kube), kube.system_namespace, kube.lease_name)
+    elector = LeaderElector(
+        store,
+        kube.identity,
+        lease_duration_s=kube.lease_duration_s,
+        renew_deadline_s=kube.renew_deadline_s,
+        retry_period_s=kube.retry_period_s,
+        report=announce,
+    )
+    if isinstance(executor, KubernetesExecutor):
+        executor.set_leader_check(elector.is_leader)
+    return elector
 
 
 def utilization_source(kube: KubeSettings, announce: Announce) -> object:
@@ -104,6 +130,7 @@ def create_app(
     def report(error: BaseException) -> None:
         announce(f"scheduling loop: {type(error).__name__}: {error}")
 
+    elector = leader_elector(settings, executor, announce)
     loop = SchedulingLoop(
         writer,
         executor,
@@ -114,6 +141,7 @@ def create_app(
         min_gap_s=settings.min_cycle_gap_s,
         on_error=report,
         reader=reader,
+        is_leader=elector.is_leader if elector is not None else None,
     )
     submitter = SubmitBatcher(writer, clock, loop.wake)
     state = ServerState(
@@ -124,6 +152,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         migrate.upgrade(engine)
         with writer.begin() as session:
+            migrate.lock_for_startup(session.connection())
             token_file = bootstrap_admin(session, settings.data_dir, clock.now_s())
         if token_file is not None:
             announce(
@@ -132,6 +161,8 @@ def create_app(
                 f"--token-file {token_file}"
             )
         submitter.start()
+        if elector is not None:
+            elector.start()
         if settings.run_scheduler:
             loop.start()
         try:
@@ -139,6 +170,8 @@ def create_app(
         finally:
             submitter.stop()
             loop.stop()
+            if elector is not None:
+                elector.stop(release=True)
             if settings.stop_tasks_on_shutdown:
                 executor.stop_all(timeout_s=30)
                 loop.collect_exits()

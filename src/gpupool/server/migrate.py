@@ -6,7 +6,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, text
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
@@ -18,9 +18,22 @@ def alembic_config(url: str) -> Config:
     return config
 
 
+STARTUP_LOCK = 0x67707570
+"""PostgreSQL advisory lock held while a server migrates and bootstraps: replicas starting
+together on one database (Kubernetes, 2 replicas) take turns instead of racing."""
+
+
+def lock_for_startup(connection: Connection) -> None:
+    """On PostgreSQL, wait for the startup lock (released when the transaction ends)."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": STARTUP_LOCK})
+
+
 def upgrade(engine: Engine) -> None:
-    """Apply every migration not yet applied. Safe to run at every start."""
+    """Apply every migration not yet applied. Safe to run at every start, and by several
+    servers at once on PostgreSQL."""
     config = alembic_config(engine.url.render_as_string(hide_password=False))
     with engine.begin() as connection:
+        lock_for_startup(connection)
         config.attributes["connection"] = connection
         command.upgrade(config, "head")

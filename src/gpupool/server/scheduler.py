@@ -81,6 +81,7 @@ class SchedulingLoop:
         min_gap_s: float = 0.05,
         on_error: Callable[[BaseException], None] | None = None,
         reader: sessionmaker[Session] | None = None,
+        is_leader: Callable[[], bool] | None = None,
     ) -> None:
         self._writer = writer
         self._reader = reader or writer
@@ -99,21 +100,42 @@ class SchedulingLoop:
         self.last_cycle: CycleInfo | None = None
         self.iterations = 0
         self._registered: tuple[NodeInventory, ...] = ()
+        self._is_leader = is_leader
+        self._leading = is_leader is None
+        """With leader election, iterations run only while this replica leads; each time it
+        starts leading it first takes over (nodes, recovery) as at a start."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self._is_leader is None:
+            self.take_over()
+        self._thread = threading.Thread(target=self._run, name="gpupool-scheduler", daemon=True)
+        self._thread.start()
+
+    def take_over(self) -> None:
+        """What a scheduler does before its first iteration: its nodes, and its tasks that
+        the executor no longer knows (lost while nobody scheduled)."""
+        self._stops_sent.clear()
         self._registered = tuple(self._executor.inventory())
         self.register_nodes(self._registered)
         self.recover()
-        self._thread = threading.Thread(target=self._run, name="gpupool-scheduler", daemon=True)
-        self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+
+    def _may_run(self) -> bool:
+        """Without leader election: always. With it: while leading, after taking over."""
+        if self._is_leader is None:
+            return True
+        leading = self._is_leader()
+        if leading and not self._leading:
+            self.take_over()
+        self._leading = leading
+        return leading
 
     def wake(self) -> None:
         self._wake.set()
@@ -122,6 +144,9 @@ class SchedulingLoop:
         while not self._stop.is_set():
             began = time.monotonic()
             try:
+                if not self._may_run():
+                    self._stop.wait(0.2)
+                    continue
                 self.run_once()
             except Exception as error:  # the loop must outlive one bad iteration
                 if self._on_error is not None:

@@ -75,7 +75,6 @@ class KubernetesExecutor:
         *,
         utilization: Any = None,
         report: Callable[[str], None] = _stderr,
-        active: bool = True,
         sync_timeout_s: float = 30.0,
     ) -> None:
         self.settings = settings
@@ -84,7 +83,7 @@ class KubernetesExecutor:
         self._utilization = utilization
         self._state = ClusterState(settings)
         self._lock = threading.Lock()
-        self._active = active
+        self._leads: Callable[[], bool] = lambda: True
         self._config = load_config(settings)
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -206,9 +205,10 @@ class KubernetesExecutor:
         with self._lock:
             return self._state.version
 
-    def set_active(self, active: bool) -> None:
-        """Leader: make changes. Follower: watch only."""
-        self._active = active
+    def set_leader_check(self, leads: Callable[[], bool]) -> None:
+        """With leader election: make changes in the cluster only while `leads()` (asked
+        before every round of API calls); a follower keeps its watches warm."""
+        self._leads = leads
         self._wake()
 
     @property
@@ -294,7 +294,7 @@ class KubernetesExecutor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), timeout=1.0)
             self._kick.clear()
-            if not self._active:
+            if not self._leads():
                 continue
             try:
                 self._reconcile_once()
