@@ -195,6 +195,15 @@ def test_kubectl_style_pods_are_workloads(cluster: Cluster, tmp_path: Path) -> N
         wait_for("the group to wait", lambda: any(w["name"] == "ddp" for w in gp.workloads("team")))
         reason = gp.workload("team", "ddp")["pending_reason"]
         assert "1 of the 2 pods" in reason
+
+        def condition() -> str | None:  # where `kubectl describe pod` shows why it waits
+            pod = cluster.client.get(Pod, "ddp-0", namespace=namespace)
+            for c in (pod.status.conditions if pod.status else None) or []:
+                if c.type == "PodScheduled" and c.status == "False":
+                    return c.message
+            return None
+
+        assert "1 of the 2 pods" in wait_for("the PodScheduled condition", condition, 20)
         cluster.client.create(_external_pod("ddp-1", namespace, group))
         gp.wait_status("team", "ddp", "running")
         assert gp.workload("team", "ddp")["tasks"] == 2

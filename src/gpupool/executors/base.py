@@ -211,3 +211,8 @@ class DiscoversWorkloads(Protocol):
     def external_pods(self) -> Sequence[Any]:
         """The pods waiting for or placed by gpupool that it did not create itself."""
         ...
+
+    def set_waiting_reasons(self, reasons: dict[tuple[str, str], str]) -> None:
+        """Why each of those pods waits, by (namespace, name), to show where their owners
+        look (Kubernetes: the pod's PodScheduled condition)."""
+        ...

@@ -274,3 +274,25 @@ def _mismatch(group: list[ExternalPod]) -> str | None:
                 "GPU, CPU and memory"
             )
     return None
+
+
+WAITING_QUIET_S = 5.0
+"""A pod of others gets its reason written once it has waited this long: the first cycles'
+"waiting for the next scheduling cycle" would cost a write per pod in a burst and say nothing."""
+
+
+def waiting_reasons(session: Session, now_s: float) -> dict[tuple[str, str], str]:
+    """(namespace, pod) -> why it waits, for the pending workloads of others."""
+    reasons: dict[tuple[str, str], str] = {}
+    for refs, reason in session.execute(
+        select(WorkloadRow.pods, WorkloadRow.pending_reason).where(
+            WorkloadRow.origin == ORIGIN,
+            WorkloadRow.status == WorkloadStatus.PENDING.value,
+            WorkloadRow.submitted_at <= now_s - WAITING_QUIET_S,
+            WorkloadRow.pending_reason.is_not(None),
+        )
+    ):
+        for ref in refs or []:
+            namespace, name, _ = ref.split("/", 2)
+            reasons[(namespace, name)] = reason or ""
+    return reasons

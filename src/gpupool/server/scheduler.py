@@ -186,10 +186,13 @@ class SchedulingLoop:
             self.register_nodes(nodes)
             self._registered = nodes
         if isinstance(self._executor, DiscoversWorkloads):
+            now = self._clock.now_s()
             with self._writer.begin() as session:
                 projects = session.scalars(select(ProjectRow.name)).all()
                 self._executor.set_projects(projects)
-                external.sync(session, self._executor.external_pods(), self._clock.now_s())
+                external.sync(session, self._executor.external_pods(), now)
+                reasons = external.waiting_reasons(session, now)
+            self._executor.set_waiting_reasons(reasons)
 
     def register_nodes(self, nodes: Sequence[NodeInventory]) -> None:
         """Record the executor's nodes and devices; its nodes no longer reported go down."""

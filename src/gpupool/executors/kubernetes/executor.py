@@ -24,7 +24,7 @@ import msgspec
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import DeleteOptions, ObjectMeta
-from lightkube.resources.core_v1 import Namespace, Node, Pod, PodEviction, Service
+from lightkube.resources.core_v1 import Namespace, Node, Pod, PodEviction, PodStatus, Service
 from lightkube.types import PatchType
 
 from gpupool.clock import Clock
@@ -332,6 +332,8 @@ class KubernetesExecutor:
             self._spawn(f"ack:{namespace}/{name}", self._acknowledge(namespace, name))
         for namespace, name in plan.service_deletes:
             self._spawn(f"delsvc:{namespace}/{name}", self._delete_service(namespace, name))
+        for namespace, name, reason in plan.unschedulable:
+            self._spawn(f"why:{namespace}/{name}", self._unschedulable(namespace, name, reason))
 
     def _spawn(self, key: str, coroutine: Coroutine[Any, Any, None]) -> None:
         """Run one API call unless the same one is in flight or backing off after a failure."""
@@ -543,6 +545,38 @@ class KubernetesExecutor:
                 raise
         with self._lock:
             self._state.acknowledgement_written((namespace, name))
+
+    async def _unschedulable(self, namespace: str, name: str, reason: str) -> None:
+        """Say why a pod waits where `kubectl describe pod` shows it, as kube-scheduler does:
+        the PodScheduled condition, False, reason Unschedulable."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._clock.now_s()))
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": f"gpupool: {reason}"[:1024],
+            "lastTransitionTime": now,
+        }
+        try:
+            await self._api.patch(
+                PodStatus,
+                name,
+                {"status": {"conditions": [condition]}},
+                namespace=namespace,
+                patch_type=PatchType.STRATEGIC,
+            )
+        except ApiError as error:
+            if error.status.code != 404:
+                raise
+        with self._lock:
+            self._state.reason_written((namespace, name), reason)
+
+    def set_waiting_reasons(self, reasons: dict[tuple[str, str], str]) -> None:
+        """Why pods of others wait (the loop's pending reasons), for their PodScheduled
+        condition."""
+        with self._lock:
+            self._state.set_waiting_reasons(reasons)
+        self._wake()
 
     async def _delete_service(self, namespace: str, name: str) -> None:
         try:

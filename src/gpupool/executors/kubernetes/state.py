@@ -97,6 +97,8 @@ class Plan:
     """(namespace, pod, grace seconds)."""
     acknowledgements: list[PodKey] = field(default_factory=list)
     service_deletes: list[tuple[str, str]] = field(default_factory=list)
+    unschedulable: list[tuple[str, str, str]] = field(default_factory=list)
+    """(namespace, pod, why): pods of others that wait, for their PodScheduled condition."""
 
     def __bool__(self) -> bool:
         return any(
@@ -110,6 +112,7 @@ class Plan:
                 self.deletes,
                 self.acknowledgements,
                 self.service_deletes,
+                self.unschedulable,
             )
         )
 
@@ -135,6 +138,9 @@ class ClusterState:
         """Ended and acknowledged launches, for `forget_finished`."""
         self._sharers: dict[tuple[str, int], set[str]] = defaultdict(set)
         self._gangs: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+        self._waiting_reasons: dict[PodKey, str] = {}
+        """Why pods of others wait, as the scheduling loop last said."""
+        self._reasons_written: dict[PodKey, str] = {}
         """Every live pod on a node, any scheduler: (node, whole GPUs it holds)."""
         self.reservations: dict[tuple[str, int], Reservation] = {}
         self.external: dict[PodKey, o.ExternalPod] = {}
@@ -472,6 +478,13 @@ class ClusterState:
             self.launches[launch_id].ack_written = True
             self._touch(self.launches[launch_id])
 
+    def set_waiting_reasons(self, reasons: dict[PodKey, str]) -> None:
+        """Why each waiting pod of others waits (from the last cycle)."""
+        self._waiting_reasons = reasons
+
+    def reason_written(self, key: PodKey, reason: str) -> None:
+        self._reasons_written[key] = reason
+
     def namespace_created(self, namespace: str) -> None:
         self.namespace_labels.setdefault(namespace, {})
         self._wanted_namespaces.discard(namespace)
@@ -564,6 +577,12 @@ class ClusterState:
                 plan.deletes.append((self.settings.system_namespace, reservation.pod_name, 0))
         if self._node_gone_at:
             plan.deletes += self._orphans_of_removed_nodes(now_s)
+        for key, reason in self._waiting_reasons.items():
+            pod = self.external.get(key)
+            if pod is not None and pod.node is None and self._reasons_written.get(key) != reason:
+                plan.unschedulable.append((key[0], key[1], reason))
+        for key in [k for k in self._reasons_written if k not in self.external]:
+            del self._reasons_written[key]
         for slot in [slot for slot, users in self._sharers.items() if not users]:
             del self._sharers[slot]
         for gang in [gang for gang, members in self._gangs.items() if not members]:
