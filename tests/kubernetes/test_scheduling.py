@@ -274,3 +274,22 @@ def test_deleted_node_requeues_its_work(cluster: Cluster, tmp_path: Path) -> Non
         )
         first_task: dict[str, Any] = gp.workload("team", "job")["task_list"][0]
         assert first_task["state"] == "done" and first == first_task["node"]
+
+
+def test_logs_come_through_the_pod_log_api(cluster: Cluster, tmp_path: Path) -> None:
+    """`gpupool logs` reads the pod log API: the API server asks the node's kubelet (KWOK here,
+    serving the control plane's task.log as every task container's log)."""
+    with GpupoolOnKubernetes(cluster, tmp_path) as gp:
+        cluster.wait_node_ready(gp.node("n1", gpus=1))
+        gp.project("team", 1)
+        gp.submit("team", "talker", gpu=1, duration_s=30)
+        gp.wait_status("team", "talker", "running")
+        wait_for("a bound pod", lambda: _bound(gp.pods("team")))
+
+        def log() -> str | None:
+            text = str(gp.api.get("/api/v1/workloads/team/talker/logs").json()["text"])
+            return text if "hello from a task" in text else None
+
+        assert wait_for("the log", log, 20) == ("hello from a task on a KWOK node\nstep 1 done\n")
+        second = gp.api.get("/api/v1/workloads/team/talker/logs", params={"offset": 33}).json()
+        assert second["text"] == "step 1 done\n"  # paged by offset like the other executors

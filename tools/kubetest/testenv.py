@@ -517,16 +517,38 @@ class ControlPlane:
             "--v=0",
         ]
 
+    @property
+    def task_log(self) -> Path:
+        """What KWOK serves as the log of every container named `task` (gpupool's tasks)."""
+        return self.directory / "task.log"
+
     def _kwok_command(self) -> list[str]:
         key, value = FAKE_NODE_ANNOTATION
+        # KWOK also serves the kubelet API (on the node's port, over TLS, with the API server's
+        # certificate: it is for 127.0.0.1), so that the pod log API answers through the API
+        # server with the file below, as a kubelet would with a container's log.
+        self.task_log.write_text(  # in the CRI log format, as kubelets keep container logs
+            "2026-11-24T10:00:00.000000000Z stdout F hello from a task on a KWOK node\n"
+            "2026-11-24T10:00:01.000000000Z stdout F step 1 done\n"
+        )
+        logs = self.directory / "kwok-logs.yaml"
+        logs.write_text(
+            "apiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterLogs\nmetadata:\n  name: tasks\n"
+            f"spec:\n  logs:\n  - containers: [task]\n    logsFile: {self.task_log}\n"
+            "    follow: false\n"
+        )
         return [
             str(self.binaries / "kwok"),
             f"--kubeconfig={self.kubeconfig}",
             f"--config={KWOK_STAGES}",
+            f"--config={logs}",
             f"--manage-nodes-with-annotation-selector={key}={value}",
             "--node-ip=127.0.0.1",
+            f"--node-port={self.ports['kwok']}",
             "--node-lease-duration-seconds=40",
             f"--server-address=127.0.0.1:{self.ports['kwok']}",
+            f"--tls-cert-file={self.directory / 'apiserver.crt'}",
+            f"--tls-private-key-file={self.directory / 'apiserver.key'}",
             "--cidr=10.244.0.0/16",
         ]
 
