@@ -291,6 +291,16 @@ def test_task_pod_for_whole_gpus() -> None:
     assert "NVIDIA_VISIBLE_DEVICES" not in env  # the device plugin sets it
 
 
+def test_a_task_cannot_name_its_own_devices() -> None:
+    sneaky = (("NVIDIA_VISIBLE_DEVICES", "all"), ("CUDA_VISIBLE_DEVICES", "0,1"), ("OK", "1"))
+    manifest = o.task_pod(launch(gpu_milli=500, devices=(0,), env=sneaky), "ns", SETTINGS)
+    assert manifest.spec is not None
+    env = manifest.spec.containers[0].env or []
+    assert [e.name for e in env].count("NVIDIA_VISIBLE_DEVICES") == 1
+    assert {e.name: e.value for e in env}["CUDA_VISIBLE_DEVICES"] == "0"
+    assert {e.name: e.value for e in env}["OK"] == "1"
+
+
 def test_task_pod_for_a_fraction_reads_its_device_from_the_binding() -> None:
     manifest = o.task_pod(launch(devices=(3,), gpu_milli=250, image="mine:2"), "ns", SETTINGS)
     assert manifest.spec is not None

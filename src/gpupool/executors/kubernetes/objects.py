@@ -86,6 +86,7 @@ NODE_NOT_READY = "node.kubernetes.io/not-ready"
 DEFAULT_GPU_MEMORY_MIB = 81920
 _MAX_NAME = 63
 _WORKLOAD_TYPES = ("train", "interactive", "inference")
+_RESERVED_ENV = ("NVIDIA_", "CUDA_VISIBLE_DEVICES", "GPUPOOL_")
 
 
 def dns_label(text: str, max_length: int = _MAX_NAME) -> str:
@@ -460,7 +461,10 @@ def _toleration(t: Toleration) -> KubeToleration:
 def task_environment(launch: Launch, settings: KubeSettings) -> list[EnvVar]:
     """gpupool's variables for a task: who it is, its share of a device, its gang."""
     fraction = launch.gpu_milli / MILLI_PER_GPU
-    values: dict[str, str] = dict(launch.env)
+    # A task must not choose its own devices: the variables that name them are gpupool's.
+    values: dict[str, str] = {
+        key: value for key, value in launch.env if not key.startswith(_RESERVED_ENV)
+    }
     values.update(
         {
             "GPUPOOL_WORKLOAD": launch.workload,
