@@ -12,6 +12,30 @@ from gpupool.executors.base import Launch
 TORCH_HOOK_DIR = Path(__file__).parent / "torch_hook"
 
 
+def task_identity(launch: Launch) -> dict[str, str]:
+    """The `GPUPOOL_*` variables every executor gives a task: who it is and its share."""
+    return {
+        "GPUPOOL_WORKLOAD": launch.workload,
+        "GPUPOOL_PROJECT": launch.project,
+        "GPUPOOL_TASK_INDEX": str(launch.task_index),
+        "GPUPOOL_LAUNCH_ID": launch.launch_id,
+        "GPUPOOL_GPU_FRACTION": f"{launch.gpu_milli / MILLI_PER_GPU:g}",
+        "GPUPOOL_GPU_MEMORY_LIMIT_MIB": str(launch.burst_memory_mib or launch.gpu_memory_mib),
+        "GPUPOOL_GPU_MEMORY_REQUEST_MIB": str(launch.gpu_memory_mib),
+        "GPUPOOL_GRACE_PERIOD_S": str(launch.grace_period_s),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def fraction_hints(fraction: float) -> dict[str, str]:
+    """Framework settings that keep a task on part of a device within its part."""
+    return {
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{fraction:.3f}",
+        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+    }
+
+
 def task_environment(
     base: dict[str, str],
     launch: Launch,
@@ -38,24 +62,14 @@ def task_environment(
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "CUDA_VISIBLE_DEVICES": devices,
             "NVIDIA_VISIBLE_DEVICES": devices,
-            "GPUPOOL_WORKLOAD": launch.workload,
-            "GPUPOOL_PROJECT": launch.project,
-            "GPUPOOL_TASK_INDEX": str(launch.task_index),
-            "GPUPOOL_LAUNCH_ID": launch.launch_id,
-            "GPUPOOL_GPU_FRACTION": f"{fraction:g}",
-            "GPUPOOL_GPU_MEMORY_LIMIT_MIB": str(launch.burst_memory_mib or launch.gpu_memory_mib),
-            "GPUPOOL_GPU_MEMORY_REQUEST_MIB": str(launch.gpu_memory_mib),
+            **task_identity(launch),
             "GPUPOOL_CHECKPOINT_DIR": str(checkpoint_dir),
-            "GPUPOOL_GRACE_PERIOD_S": str(launch.grace_period_s),
-            "PYTHONUNBUFFERED": "1",
         }
     )
     if fake_gpu_report_dir is not None:
         env["GPUPOOL_FAKE_GPU_REPORT_DIR"] = str(fake_gpu_report_dir)
     if launch.gpu_milli < MILLI_PER_GPU:
-        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{fraction:.3f}"
-        env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+        env.update(fraction_hints(fraction))
         existing = env.get("PYTHONPATH")
         env["PYTHONPATH"] = (
             f"{TORCH_HOOK_DIR}{os.pathsep}{existing}" if existing else str(TORCH_HOOK_DIR)

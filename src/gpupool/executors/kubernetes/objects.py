@@ -45,6 +45,7 @@ from lightkube.utils.quantity import parse_quantity
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.executors.base import DeviceInfo, Launch, NodeInventory
 from gpupool.executors.kubernetes.settings import PREFIX, KubeSettings, Toleration
+from gpupool.executors.taskenv import fraction_hints, task_identity
 from gpupool.units import parse_gpu, parse_gpu_limit, parse_memory_mib
 
 # Labels gpupool sets on what it creates.
@@ -465,19 +466,7 @@ def task_environment(launch: Launch, settings: KubeSettings) -> list[EnvVar]:
     values: dict[str, str] = {
         key: value for key, value in launch.env if not key.startswith(_RESERVED_ENV)
     }
-    values.update(
-        {
-            "GPUPOOL_WORKLOAD": launch.workload,
-            "GPUPOOL_PROJECT": launch.project,
-            "GPUPOOL_TASK_INDEX": str(launch.task_index),
-            "GPUPOOL_LAUNCH_ID": launch.launch_id,
-            "GPUPOOL_GPU_FRACTION": f"{fraction:g}",
-            "GPUPOOL_GPU_MEMORY_LIMIT_MIB": str(launch.burst_memory_mib or launch.gpu_memory_mib),
-            "GPUPOOL_GPU_MEMORY_REQUEST_MIB": str(launch.gpu_memory_mib),
-            "GPUPOOL_GRACE_PERIOD_S": str(launch.grace_period_s),
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
+    values.update(task_identity(launch))
     if launch.world_size > 1:
         values.update(
             {
@@ -490,13 +479,7 @@ def task_environment(launch: Launch, settings: KubeSettings) -> list[EnvVar]:
             }
         )
     if launch.gpu_milli < MILLI_PER_GPU:
-        values.update(
-            {
-                "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-                "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{fraction:.3f}",
-                "TF_FORCE_GPU_ALLOW_GROWTH": "true",
-            }
-        )
+        values.update(fraction_hints(fraction))
     env = [EnvVar(name=key, value=value) for key, value in sorted(values.items())]
     if launch.gpu_milli < MILLI_PER_GPU:
         # The device is known only once its reservation reports it: the Binding writes it into
