@@ -284,11 +284,15 @@ class GpupoolOnKubernetes:
     def __enter__(self) -> Self:
         install_gpupool_accounts(self.cluster.client)
         self.process.start(timeout_s=60)
-        self.http = httpx.Client(
-            base_url=self.process.url,
-            headers={"Authorization": f"Bearer {self.admin_token}"},
-            timeout=30,
-        )
+        try:
+            self.http = httpx.Client(
+                base_url=self.process.url,
+                headers={"Authorization": f"Bearer {self.admin_token}"},
+                timeout=30,
+            )
+        except BaseException:
+            self.process.stop()  # __exit__ does not run when __enter__ fails
+            raise
         return self
 
     def __exit__(

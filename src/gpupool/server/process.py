@@ -84,7 +84,11 @@ class ServerProcess:
             args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
         log.close()
-        self.wait_healthy(timeout_s)
+        try:
+            self.wait_healthy(timeout_s)
+        except BaseException:
+            self.stop()  # a server that never answered is not left behind
+            raise
         return self
 
     def wait_healthy(self, timeout_s: float) -> None:
