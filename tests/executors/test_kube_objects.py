@@ -28,6 +28,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
 
 from gpupool.executors.base import Launch
+from gpupool.executors.kubernetes import manifests as m
 from gpupool.executors.kubernetes import objects as o
 from gpupool.executors.kubernetes.settings import KubeSettings, Toleration
 
@@ -274,7 +275,7 @@ def launch(**fields: Any) -> Launch:
 
 
 def test_task_pod_for_whole_gpus() -> None:
-    manifest = o.task_pod(launch(cpu_milli=2000, memory_mib=4096), "ns", SETTINGS)
+    manifest = m.task_pod(launch(cpu_milli=2000, memory_mib=4096), "ns", SETTINGS)
     assert manifest.metadata is not None and manifest.spec is not None
     assert manifest.metadata.name == "train-1-01234567"
     assert manifest.metadata.labels is not None
@@ -293,7 +294,7 @@ def test_task_pod_for_whole_gpus() -> None:
 
 def test_a_task_cannot_name_its_own_devices() -> None:
     sneaky = (("NVIDIA_VISIBLE_DEVICES", "all"), ("CUDA_VISIBLE_DEVICES", "0,1"), ("OK", "1"))
-    manifest = o.task_pod(launch(gpu_milli=500, devices=(0,), env=sneaky), "ns", SETTINGS)
+    manifest = m.task_pod(launch(gpu_milli=500, devices=(0,), env=sneaky), "ns", SETTINGS)
     assert manifest.spec is not None
     env = manifest.spec.containers[0].env or []
     assert [e.name for e in env].count("NVIDIA_VISIBLE_DEVICES") == 1
@@ -302,7 +303,7 @@ def test_a_task_cannot_name_its_own_devices() -> None:
 
 
 def test_task_pod_for_a_fraction_reads_its_device_from_the_binding() -> None:
-    manifest = o.task_pod(launch(devices=(3,), gpu_milli=250, image="mine:2"), "ns", SETTINGS)
+    manifest = m.task_pod(launch(devices=(3,), gpu_milli=250, image="mine:2"), "ns", SETTINGS)
     assert manifest.spec is not None
     container = manifest.spec.containers[0]
     assert container.image == "mine:2"
@@ -315,7 +316,7 @@ def test_task_pod_for_a_fraction_reads_its_device_from_the_binding() -> None:
 
 
 def test_task_pod_of_a_gang_has_its_rendezvous() -> None:
-    manifest = o.task_pod(launch(world_size=4, duration_s=12.5), "ns", SETTINGS)
+    manifest = m.task_pod(launch(world_size=4, duration_s=12.5), "ns", SETTINGS)
     assert manifest.spec is not None and manifest.metadata is not None
     env = {e.name: e.value for e in manifest.spec.containers[0].env or []}
     assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_PORT"]) == ("1", "4", "29500")
@@ -325,7 +326,7 @@ def test_task_pod_of_a_gang_has_its_rendezvous() -> None:
 
 
 def test_reservation_pod_holds_one_gpu_on_its_node() -> None:
-    manifest = o.reservation_pod("gpu-1", 3, SETTINGS)
+    manifest = m.reservation_pod("gpu-1", 3, SETTINGS)
     assert manifest.spec is not None and manifest.metadata is not None
     assert manifest.spec.nodeName == "gpu-1"
     assert manifest.metadata.namespace == SETTINGS.system_namespace

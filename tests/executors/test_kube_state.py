@@ -17,6 +17,7 @@ from lightkube.models.meta_v1 import ObjectMeta, Time
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 
 from gpupool.executors.base import Launch, Stop
+from gpupool.executors.kubernetes import manifests as m
 from gpupool.executors.kubernetes import objects as o
 from gpupool.executors.kubernetes.informer import ADDED, DELETED, MODIFIED
 from gpupool.executors.kubernetes.settings import KubeSettings
@@ -65,7 +66,7 @@ def launch(launch_id: str = "a" * 16, **fields: Any) -> Launch:
 def pod_of(
     record_launch: Launch, node: str | None = None, phase: str = "Pending", **meta: Any
 ) -> Pod:
-    manifest = o.task_pod(record_launch, "gpupool-team", SETTINGS)
+    manifest = m.task_pod(record_launch, "gpupool-team", SETTINGS)
     assert manifest.spec is not None and manifest.metadata is not None
     manifest.spec.nodeName = node
     for key, value in meta.items():
@@ -149,7 +150,7 @@ def test_a_fraction_waits_for_its_reservation_to_report() -> None:
     assert plan.reservations == [("n1", 2)] and not plan.binds
     state.reservation_created("n1", 2, 0)
     assert not state.plan(1).reservations and not state.plan(1).binds
-    reservation = o.reservation_pod("n1", 2, SETTINGS)
+    reservation = m.reservation_pod("n1", 2, SETTINGS)
     assert reservation.metadata is not None
     reservation.metadata.annotations = {
         **(reservation.metadata.annotations or {}),
@@ -236,7 +237,7 @@ def test_a_new_leader_keeps_the_reservations_its_adopted_sharers_use() -> None:
     share = launch(gpu_milli=500, devices=(3,))
     pod = pod_of(share, "n1", "Running", annotations={o.DEVICES: "3", o.VISIBLE_DEVICES: "GPU-a"})
     state.on_pod(ADDED, pod, 0)
-    reservation = o.reservation_pod("n1", 3, SETTINGS)
+    reservation = m.reservation_pod("n1", 3, SETTINGS)
     state.on_pod(ADDED, reservation, 0)
     assert state.launches[share.launch_id].devices == (3,)
     assert not state.plan(1).deletes  # still in use: not deleted under the running sharer

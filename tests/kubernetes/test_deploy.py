@@ -25,7 +25,7 @@ from lightkube import Client, KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ServiceAccount
 
-from gpupool.executors.kubernetes.objects import reservation_pod
+from gpupool.executors.kubernetes.manifests import reservation_pod
 from gpupool.executors.kubernetes.settings import KubeSettings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,8 @@ their `test.gpupool.dev/complete-after` annotation says, and are removed when th
 grace period has passed. kube-scheduler runs only when asked (the benchmark's peer).
 
 Standard library only: `scripts/kube-testenv` runs this file with any Python 3.11, and the tests
-import it. Needs Go (the version the go.mod files name, or GOTOOLCHAIN) and openssl.
+import it. Needs Go (the version the go.mod files name, or GOTOOLCHAIN) and openssl. One file on
+purpose (longer than 500 lines): it must run without gpupool or anything else installed.
 """
 
 from __future__ import annotations

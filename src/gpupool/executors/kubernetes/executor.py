@@ -8,6 +8,9 @@ under a lock and wake the reconciler; none of them waits for the API server.
 
 Only an active executor (the leader, with leader election) makes changes; a passive one keeps
 its caches warm so that it can take over at once.
+
+Longer than 500 lines because each API call's handling of the API server's answers (conflict,
+gone, refused, retry) sits beside the call; the decisions about what to call are in `state`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from lightkube.types import PatchType
 
 from gpupool.clock import Clock
 from gpupool.executors.base import Exit, Launch, NodeInventory, Stop, UsageSample
+from gpupool.executors.kubernetes import manifests as m
 from gpupool.executors.kubernetes import objects as o
 from gpupool.executors.kubernetes.client import (
     load_config,
@@ -394,7 +398,7 @@ class KubernetesExecutor:
 
     async def _create_pod(self, record: LaunchRecord) -> None:
         assert record.launch is not None
-        pod = o.task_pod(record.launch, record.namespace, self.settings)
+        pod = m.task_pod(record.launch, record.namespace, self.settings)
         try:
             await self._post(f"/api/v1/namespaces/{record.namespace}/pods", pod, None, None)
         except RefusedError as error:
@@ -417,7 +421,7 @@ class KubernetesExecutor:
             self._state.created(record.launch_id)
 
     async def _create_service(self, workload: str, project: str, namespace: str) -> None:
-        service = o.gang_service(workload, project, namespace, self.settings.master_port)
+        service = m.gang_service(workload, project, namespace, self.settings.master_port)
         try:
             await self._api.create(service)
         except ApiError as error:
@@ -429,7 +433,7 @@ class KubernetesExecutor:
             )
 
     async def _create_reservation(self, node: str, device: int) -> None:
-        pod = o.reservation_pod(node, device, self.settings)
+        pod = m.reservation_pod(node, device, self.settings)
         try:
             await self._api.create(pod)
         except ApiError as error:
@@ -480,7 +484,7 @@ class KubernetesExecutor:
 
     async def _bind(self, bind: Bind) -> None:
         path = f"/api/v1/namespaces/{bind.namespace}/pods/{bind.pod_name}/binding"
-        binding = o.binding(bind.pod_name, bind.namespace, bind.node, dict(bind.annotations))
+        binding = m.binding(bind.pod_name, bind.namespace, bind.node, dict(bind.annotations))
         try:
             await self._post(path, binding, bind.pod_name, bind.namespace)
         except RefusedError as error:

@@ -8,6 +8,10 @@ a restarted or newly elected server rebuilds this state from its watches alone.
 A launch goes: `new` -> (pod created) `created` -> (bound) `bound` -> ended. A launch of a pod
 someone else created starts at `created`. Sharing launches wait in `created` until the
 reservation pod of their device has reported the device's UUID.
+
+Longer than 500 lines on purpose: one state machine whose indexes (the launches that need a
+call, GPUs held per node, each shared device's users) every method keeps in step; split, each
+part would have to know the others' invariants.
 """
 
 from __future__ import annotations
