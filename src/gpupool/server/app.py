@@ -16,6 +16,7 @@ from gpupool.api.schemas import ErrorDetail, ErrorOut, validation_error_out
 from gpupool.clock import Clock, SystemClock
 from gpupool.executors.base import Executor
 from gpupool.executors.gpus import open_backend
+from gpupool.executors.kubernetes.dcgm import UtilizationSource
 from gpupool.executors.kubernetes.leader import LeaderElector
 from gpupool.executors.kubernetes.settings import KubeSettings
 from gpupool.executors.local import LocalExecutor
@@ -104,7 +105,7 @@ def leader_elector(
     return elector
 
 
-def utilization_source(kube: KubeSettings, announce: Announce) -> object:
+def utilization_source(kube: KubeSettings, announce: Announce) -> UtilizationSource | None:
     """DCGM metrics through Prometheus when a URL is given; else none (utilization unknown)."""
     if kube.prometheus_url is None:
         return None

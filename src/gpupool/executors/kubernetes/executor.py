@@ -40,6 +40,7 @@ from gpupool.executors.kubernetes.client import (
     tls_context,
     warm_up_decoders,
 )
+from gpupool.executors.kubernetes.dcgm import UtilizationSource
 from gpupool.executors.kubernetes.fastpost import FastPoster
 from gpupool.executors.kubernetes.informer import Informer
 from gpupool.executors.kubernetes.settings import KubeSettings
@@ -77,7 +78,7 @@ class KubernetesExecutor:
         settings: KubeSettings,
         clock: Clock,
         *,
-        utilization: Any = None,
+        utilization: UtilizationSource | None = None,
         report: Callable[[str], None] = _stderr,
         sync_timeout_s: float = 30.0,
     ) -> None:
@@ -177,8 +178,7 @@ class KubernetesExecutor:
             }
             for (node, device), reservation in self._state.reservations.items():
                 pods[(self.settings.system_namespace, reservation.pod_name)] = (node, (device,))
-        samples: Sequence[UsageSample] = self._utilization.samples(self._clock.now_s(), pods)
-        return samples
+        return self._utilization.samples(self._clock.now_s(), pods)
 
     def stop_all(self, timeout_s: float) -> None:
         with self._lock:
