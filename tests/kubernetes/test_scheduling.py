@@ -293,3 +293,19 @@ def test_logs_come_through_the_pod_log_api(cluster: Cluster, tmp_path: Path) -> 
         assert wait_for("the log", log, 20) == ("hello from a task on a KWOK node\nstep 1 done\n")
         second = gp.api.get("/api/v1/workloads/team/talker/logs", params={"offset": 33}).json()
         assert second["text"] == "step 1 done\n"  # paged by offset like the other executors
+
+
+def test_node_selector_by_feature_discovery_labels(cluster: Cluster, tmp_path: Path) -> None:
+    with GpupoolOnKubernetes(cluster, tmp_path) as gp:
+        a100 = gp.node("a100", gpus=2, product="NVIDIA-A100-SXM4-80GB")
+        h100 = gp.node("h100", gpus=2, product="NVIDIA-H100-80GB-HBM3")
+        cluster.wait_node_ready(a100)
+        cluster.wait_node_ready(h100)
+        gp.project("team", 4)
+        selector = {"nvidia.com/gpu.product": ["NVIDIA-H100-80GB-HBM3"]}
+        gp.submit("team", "wants-h100", gpu=1, tasks=2, duration_s=30, node_selector=selector)
+        gp.wait_status("team", "wants-h100", "running")
+        nodes = {t["node"] for t in gp.workload("team", "wants-h100")["task_list"]}
+        assert nodes == {h100}
+        listed = {n["name"]: n for n in gp.api.get("/api/v1/nodes").json() if n["name"] == h100}
+        assert listed[h100]["gpu_model"] == "NVIDIA-H100-80GB-HBM3"

@@ -27,6 +27,24 @@ Name = Annotated[
         description="lower-case letters, digits, '.', '_' and '-'; starts and ends alphanumeric",
     ),
 ]
+LabelKey = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=317,
+        pattern=r"^([a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$",
+        description="a node label key as Kubernetes writes them: name or prefix/name, like "
+        "zone or nvidia.com/gpu.product",
+    ),
+]
+LabelValue = Annotated[
+    str,
+    Field(
+        max_length=63,
+        pattern=r"^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$",
+        description="a node label value: letters, digits, '.', '_' and '-', at most 63",
+    ),
+]
 NonNeg = Annotated[int, Field(ge=0, le=2**31 - 1)]
 Pos = Annotated[int, Field(ge=1, le=2**31 - 1)]
 Priority = Annotated[int, Field(ge=-1_000_000, le=1_000_000)]
@@ -228,7 +246,11 @@ class WorkloadIn(_In):
     memory: str | int | None = None
     command: list[Annotated[str, Field(max_length=4096)]] = Field(default=[], max_length=256)
     env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = {}
-    node_selector: dict[Name, list[Name]] = {}
+    node_selector: Annotated[
+        dict[LabelKey, Annotated[list[LabelValue], Field(min_length=1, max_length=64)]],
+        Field(max_length=32),
+    ] = {}
+    """Node label -> the values it may have (nvidia.com/gpu.product: [NVIDIA-H100-80GB-HBM3])."""
     duration_s: Annotated[float, Field(gt=0, le=10**9)] | None = None
     """Simulated executor only: how long each task 'runs'. Real executors ignore it."""
     grace_period_s: Annotated[int, Field(ge=0, le=86_400)] = 30
