@@ -158,8 +158,15 @@ class FakeDevicePlugin:
     plugin would), and lets it annotate its pod through the API server, as it does in a cluster.
     """
 
-    def __init__(self, plane: testenv.ControlPlane, namespace: str = "gpupool-system") -> None:
+    def __init__(
+        self,
+        plane: testenv.ControlPlane,
+        namespace: str = "gpupool-system",
+        reserve_kubeconfig: Path | None = None,
+    ) -> None:
         self.plane = plane
+        self.reserve_kubeconfig = reserve_kubeconfig or plane.kubeconfig
+        """The reservation program's credentials (a reservation pod's service account's)."""
         self.namespace = namespace
         self.client = Client(KubeConfig.from_file(plane.kubeconfig).get(), field_manager="tests")
         self.reported: dict[str, str] = {}
@@ -213,7 +220,7 @@ class FakeDevicePlugin:
                         "POD_NAME": name,
                         "POD_NAMESPACE": self.namespace,
                         "NVIDIA_VISIBLE_DEVICES": uuid,
-                        "KUBECONFIG": str(self.plane.kubeconfig),
+                        "KUBECONFIG": str(self.reserve_kubeconfig),
                         "GPUPOOL_RESERVE_ONCE": "1",
                     },
                     stdout=subprocess.DEVNULL,
@@ -226,6 +233,27 @@ class FakeDevicePlugin:
         index = len(given)
         given.add(index)
         return f"GPU-fake-{node}-{index}"
+
+
+def service_account_kubeconfig(
+    plane: testenv.ControlPlane, namespace: str, account: str, path: Path
+) -> Path:
+    """A kubeconfig that acts as `account` (a token from the TokenRequest API), to run what
+    would run in the cluster with the permissions deploy/kubernetes gives it."""
+    from lightkube.models.authentication_v1 import TokenRequestSpec
+    from lightkube.resources.core_v1 import ServiceAccountToken
+
+    client = Client(KubeConfig.from_file(plane.kubeconfig).get(), field_manager="tests")
+    request = ServiceAccountToken(
+        metadata=ObjectMeta(name=account, namespace=namespace),
+        spec=TokenRequestSpec(audiences=[], expirationSeconds=3600),
+    )
+    answer = client.create(request, account, namespace=namespace)
+    assert answer.status is not None
+    path.write_text(
+        testenv.kubeconfig_text(plane.server, plane.ca_path, answer.status.token, account)
+    )
+    return path
 
 
 def install_gpupool_accounts(client: Client, namespace: str = "gpupool-system") -> None:
@@ -258,6 +286,7 @@ class GpupoolOnKubernetes:
         extra_args: Sequence[str] = (),
         pool: str | None = None,
         token_from: GpupoolOnKubernetes | None = None,
+        kubeconfig: Path | None = None,
     ) -> None:
         self.cluster = cluster
         self.token_from = token_from
@@ -267,7 +296,7 @@ class GpupoolOnKubernetes:
         args = [
             "--kubernetes",
             "--kubeconfig",
-            str(cluster.plane.kubeconfig),
+            str(kubeconfig or cluster.plane.kubeconfig),
             "--kube-node-selector",
             f"{POOL_LABEL}={self.pool}",
             "--namespace-template",
