@@ -492,6 +492,65 @@ class UsageOut(_Out):
     """One per key: averages over the whole range (`bucket_start` is the range's start)."""
 
 
+class HistoryRange(enum.StrEnum):
+    HOUR = "1h"
+    DAY = "24h"
+    WEEK = "7d"
+    MONTH = "30d"
+
+
+class HistorySeries(_Out):
+    """One project's line in a history chart (GPUs, averaged over each step)."""
+
+    key: str
+    """The project's name; researchers see projects that are not theirs as usage only."""
+    allocated_gpu: list[float | None]
+    utilized_gpu: list[float | None]
+    """null where no utilization was measured (unknown, not 0)."""
+    requested_gpu: list[float | None]
+
+
+class HistoryOut(_Out):
+    """Allocated vs utilized GPUs over time, for the cluster and per project, read from the
+    downsampled history store (per-minute rows for short ranges, hourly for long ones)."""
+
+    start: float
+    end: float
+    step_s: int
+    resolution_s: int
+    """The store's rows the points were read from: 60 (per minute) or 3600 (per hour)."""
+    times: list[float]
+    """Start of each step; every list below has one entry per time (null: no data)."""
+    capacity_gpu: list[float | None]
+    allocated_gpu: list[float | None]
+    utilized_gpu: list[float | None]
+    pending_workloads: list[float | None]
+    pending_gpu: list[float | None]
+    projects: list[HistorySeries]
+    allocated_gpu_hours: float
+    utilized_gpu_hours: float | None
+    idle_allocated_gpu_hours: float | None
+    """Allocated but not used; null where utilization is unknown."""
+    idle_allocated_share: float | None
+    """idle_allocated_gpu_hours / allocated_gpu_hours over the hours where both are known."""
+
+
+class LoginIn(_In):
+    token: Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class SessionOut(_Out):
+    """Who is logged in. `csrf_token` goes back in the X-CSRF-Token header of every change
+    made with the session cookie."""
+
+    user: str
+    role: Role
+    projects: list[str]
+    csrf_token: str | None
+    """null when the caller used a bearer token (no cookie, so no CSRF to guard against)."""
+    expires_at: float | None
+
+
 class ErrorDetail(_Out):
     field: str | None
     message: str

@@ -240,6 +240,74 @@ class UsageRow(Base):
     memory_used_max_mib: Mapped[int] = mapped_column(Integer)
 
 
+class _HistorySums:
+    """Sums over the samples folded into one history bucket; divide by `samples` for the
+    average. Utilization is summed only over samples where it was known (`utilized_samples`),
+    so a cluster without utilization data shows it as unknown, never as 0."""
+
+    samples: Mapped[int] = mapped_column(Integer)
+    allocated_milli_sum: Mapped[int] = mapped_column(Integer)
+    utilized_milli_sum: Mapped[int] = mapped_column(Integer)
+    utilized_samples: Mapped[int] = mapped_column(Integer)
+
+
+class ProjectHistoryRow(_HistorySums, Base):
+    """A project's allocation, utilization and demand over one bucket: `resolution_s` 60
+    (kept 7 days) or 3600 (kept a year). Keyed by project id, not name: a project deleted and
+    created again under its name does not inherit the old one's history."""
+
+    __tablename__ = "history_project"
+    __table_args__ = (UniqueConstraint("resolution_s", "bucket_s", "project_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    resolution_s: Mapped[int] = mapped_column(Integer)
+    bucket_s: Mapped[float] = mapped_column(Float)
+    project_id: Mapped[int] = mapped_column(Integer)
+    requested_milli_sum: Mapped[int] = mapped_column(Integer)
+
+
+class ClusterHistoryRow(_HistorySums, Base):
+    """The whole cluster over one bucket: capacity, allocation, utilization, pending work."""
+
+    __tablename__ = "history_cluster"
+    __table_args__ = (UniqueConstraint("resolution_s", "bucket_s"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    resolution_s: Mapped[int] = mapped_column(Integer)
+    bucket_s: Mapped[float] = mapped_column(Float)
+    capacity_milli_sum: Mapped[int] = mapped_column(Integer)
+    pending_workloads_sum: Mapped[int] = mapped_column(Integer)
+    pending_milli_sum: Mapped[int] = mapped_column(Integer)
+
+
+class DeviceHistoryRow(_HistorySums, Base):
+    """One device over one bucket (utilized milli = utilization % x 10)."""
+
+    __tablename__ = "history_device"
+    __table_args__ = (UniqueConstraint("resolution_s", "bucket_s", "node", "device_index"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    resolution_s: Mapped[int] = mapped_column(Integer)
+    bucket_s: Mapped[float] = mapped_column(Float)
+    node: Mapped[str] = mapped_column(String(63))
+    device_index: Mapped[int] = mapped_column(Integer)
+    memory_used_max_mib: Mapped[int] = mapped_column(Integer)
+
+
+class WebSessionRow(Base):
+    """A browser's login: the cookie's SHA-256 (the cookie itself is never stored) and the
+    CSRF token the page sends back in a header on every change."""
+
+    __tablename__ = "web_sessions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
+
+
 def sqlite_url(data_dir: Path) -> str:
     return f"sqlite:///{data_dir / 'gpupool.db'}"
 

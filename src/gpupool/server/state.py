@@ -18,6 +18,7 @@ from gpupool.server.auth import Principal, TokenCache
 from gpupool.server.batcher import SubmitBatcher
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.scheduler import SchedulingLoop
+from gpupool.server.services import web_sessions
 from gpupool.server.settings import ServerSettings
 
 
@@ -55,12 +56,32 @@ async def get_state(request: Request) -> ServerState:
 State = Annotated[ServerState, Depends(get_state)]
 
 
-def get_principal(state: State, authorization: Annotated[str | None, Header()] = None) -> Principal:
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def get_principal(
+    request: Request, state: State, authorization: Annotated[str | None, Header()] = None
+) -> Principal:
+    """The caller: a bearer token (CLI, scripts) or, without one, the browser's session cookie.
+    A change made with the cookie must carry the session's CSRF token in a header, which a page
+    of another origin cannot send."""
     token = None
     if authorization:
         scheme, _, value = authorization.partition(" ")
         if scheme.lower() == "bearer":
             token = value.strip()
+    cookie = request.cookies.get(web_sessions.COOKIE_NAME)
+    if token is None and cookie:
+        with state.read() as session:
+            principal, row = web_sessions.authenticate(
+                session,
+                cookie,
+                state.clock.now_s(),
+                request.headers.get(web_sessions.CSRF_HEADER),
+                changes=request.method not in SAFE_METHODS,
+            )
+        request.state.web_session = row
+        return principal
     with state.read() as session:
         return state.tokens.authenticate(session, token)
 
