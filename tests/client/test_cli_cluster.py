@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from click.testing import Result
 from typer.testing import CliRunner
@@ -555,3 +556,26 @@ def test_the_cli_starts_without_loading_the_server_or_plotting() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_dashboard_prints_a_login_link_that_opens_a_session(
+    cli: Cli, api_server: LiveServer
+) -> None:
+    """The link `gpupool dashboard` prints carries the token after '#': the page posts it to
+    /api/v1/session. Here the same exchange is made by hand and the session works."""
+    logged_in = cli("login", "--server", api_server.url, "--token", api_server.admin_token)
+    assert logged_in.exit_code == 0, logged_in.output
+    result = cli("dashboard")
+    assert result.exit_code == 0, result.output
+    link = result.stdout.split()[0]
+    assert link == f"{api_server.url}/#login={api_server.admin_token}"
+    token = link.split("#login=", 1)[1]
+    with httpx.Client(base_url=api_server.url) as browser:
+        assert browser.post("/api/v1/session", json={"token": token}).status_code == 201
+        assert browser.get("/api/v1/session").json()["user"] == "admin"
+
+
+def test_dashboard_needs_a_login(cli: Cli) -> None:
+    result = cli("dashboard")
+    assert result.exit_code == 4
+    assert "gpupool login" in result.stderr

@@ -18,8 +18,14 @@ from typing import Annotated
 
 import typer
 
-from gpupool.cli.cluster import connect, fail, stdout
-from gpupool.client.config import ClientConfig, config_path, read_config, write_config
+from gpupool.cli.cluster import connect, fail, handled, stdout
+from gpupool.client.config import (
+    ClientConfig,
+    config_path,
+    effective_config,
+    read_config,
+    write_config,
+)
 
 DEFAULT_DATA_DIR = Path(".gpupool")
 DEFAULT_FAKE_GPUS = "4x80G"
@@ -113,6 +119,8 @@ def up(
     if config.project is None:
         write_config(replace(config, project="default"), config_path())
     console.print(
+        f"Dashboard: {url}/ (log in with the token in {data_dir / 'admin-token'}, "
+        "or open the link `gpupool dashboard` prints)\n"
         "Logged in as admin. Try:\n"
         "  gpupool submit hello --gpu 0.5 -- python -c \"print('hello from a GPU share')\"\n"
         "  gpupool list; gpupool logs hello; gpupool top\n"
@@ -192,7 +200,30 @@ def run_demo(bob_steps: int = 60) -> None:
             )
 
 
+def dashboard(
+    open_browser: Annotated[
+        bool, typer.Option("--open", help="Open it in this machine's web browser.")
+    ] = False,
+) -> None:
+    """Print a link that opens the web dashboard logged in as you (it holds your token)."""
+    with handled():
+        server, token = effective_config().login()
+    link = f"{server.rstrip('/')}/#login={token}"
+    console = stdout()
+    console.print(link, soft_wrap=True)
+    console.print(
+        "  The link holds your token: do not share it. The part after '#' never reaches the "
+        "server; the page exchanges it for a session cookie and removes it from the address.",
+        style="dim",
+    )
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(link)
+
+
 def register(app: typer.Typer) -> None:
     app.command("up")(up)
+    app.command("dashboard")(dashboard)
     app.command("down")(down)
     app.command("demo")(demo)
