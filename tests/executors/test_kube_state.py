@@ -272,6 +272,31 @@ def test_pods_of_others_in_project_namespaces_are_external_workloads() -> None:
     assert state.external_pods() == ()
 
 
+def test_a_pod_that_arrives_before_its_project_is_kept_until_the_project_comes() -> None:
+    """The pod's watch event may come before the loop says its project exists (a project made
+    and a pod created at once): it must not wait for a resync to be seen."""
+    state = ClusterState(KubeSettings())
+    state.on_node(ADDED, gpu_node(), 0)
+    early = Pod(
+        metadata=ObjectMeta(name="early", namespace="gpupool-late", uid="u3"),
+        spec=PodSpec(schedulerName="gpupool", containers=[Container(name="c")]),
+        status=PodStatus(phase="Pending"),
+    )
+    state.on_pod(ADDED, early, 0)
+    assert state.external_pods() == ()
+    state.set_projects({"late"})
+    (external,) = state.external_pods()
+    assert (external.name, external.project) == ("early", "late")
+    # A namespace labelled for another project moves the pod to that project.
+    state.set_projects({"late", "other"})
+    state.on_namespace(ADDED, namespace("gpupool-late", {o.PROJECT: "other"}))
+    (moved,) = state.external_pods()
+    assert moved.project == "other"
+    state.on_pod(DELETED, early, 1)
+    state.set_projects({"late"})
+    assert state.external_pods() == ()
+
+
 def replace_namespace(pod: Pod, namespace_name: str) -> Pod:
     assert pod.metadata is not None
     meta = ObjectMeta(name=pod.metadata.name, namespace=namespace_name, uid="u2")

@@ -148,6 +148,9 @@ class ClusterState:
         """Every live pod on a node, any scheduler: (node, whole GPUs it holds)."""
         self.reservations: dict[tuple[str, int], Reservation] = {}
         self.external: dict[PodKey, o.ExternalPod] = {}
+        self._external_pods: dict[PodKey, Pod] = {}
+        """Every live pod of others for gpupool, in a project's namespace or not yet: a pod can
+        arrive before the loop tells us of its project, and must not be lost until a resync."""
         self.services: dict[PodKey, float] = {}
         """Gang Services gpupool made -> when they were last seen in use."""
         self._wanted_namespaces: set[str] = set()
@@ -197,6 +200,8 @@ class ClusterState:
         if mapping != self._namespace_project:
             self._namespace_project = mapping
             self.version += 1
+            for key, pod in list(self._external_pods.items()):
+                self._on_external(key, pod, gone=False)
 
     def namespace_of(self, project: str) -> str:
         """The project's namespace: one labelled for it, else the template's."""
@@ -310,6 +315,10 @@ class ClusterState:
             reservation.deleting = True
 
     def _on_external(self, key: PodKey, pod: Pod, gone: bool) -> None:
+        if gone:
+            self._external_pods.pop(key, None)
+        else:
+            self._external_pods[key] = pod
         project = self._namespace_project.get(key[0])
         if gone or project is None:
             if self.external.pop(key, None) is not None:
