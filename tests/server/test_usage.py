@@ -108,3 +108,12 @@ def test_without_any_sample_utilization_is_unknown_never_zero(tmp_path: Path) ->
     assert [line.split()[4] for line in lines if line.split()[:1] in (["a"], ["b"])] == ["-", "-"]
     node_line = next(line for line in lines if line.split()[:1] == ["n1"])
     assert node_line.split()[3:] == ["0:1", "1:0"]  # index:allocated, no ",N%"
+
+
+def test_memory_is_the_peak_over_the_minute(tmp_path: Path) -> None:
+    """Rows of a minute are added to (in bulk) as samples come: counts grow, memory peaks."""
+    session = _setup(tmp_path)
+    for offset, memory in ((0, 500), (5, 2000), (10, 1000)):
+        usage.record(session, [UsageSample(T0 + offset, "n1", 0, 30, memory)], T0 + 15)
+    [device] = usage.report(session, "device", T0, 60, None).summary
+    assert (device.memory_used_max_mib, device.utilized_gpu_milli) == (2000, 300)

@@ -307,12 +307,6 @@ def describe_view(w: WorkloadDetail) -> Group:
     return Group(facts, "", tasks if w.task_list else "[bold]Tasks[/]: none placed yet", events)
 
 
-class UsageBy(enum.StrEnum):
-    PROJECT = "project"
-    WORKLOAD = "workload"
-    DEVICE = "device"
-
-
 def top_view(top: TopOut) -> Group:
     share = 100 * top.allocated_gpu_milli / top.capacity_gpu_milli if top.capacity_gpu_milli else 0
     cycle = "no scheduling cycle yet"
@@ -668,20 +662,8 @@ def top(
                     live.update(top_view(client.top()), refresh=True)
 
 
-def usage(
-    by: Annotated[
-        UsageBy, typer.Option(help="Group by project, workload or device.")
-    ] = UsageBy.PROJECT,
-    minutes: Annotated[int, typer.Option(min=1, help="How far back.")] = 60,
-    json_output: JsonOption = False,
-) -> None:
-    """Allocated vs utilized GPU, averaged over the last MINUTES: the number to improve."""
-    with connect() as client:
-        report = client.usage(by=by.value, minutes=minutes, bucket_s=60)
-    show(report, json_output, lambda: usage_view(report, minutes))
-
-
 def usage_view(report: UsageOut, minutes: int) -> Table:
+    """The per-minute samples' averages (`gpupool usage --by workload`)."""
     view = table(
         report.by.upper(), "ALLOCATED>", "UTILIZED>", "UTILIZED / ALLOCATED>",
         title=f"GPU allocated and utilized, average over the last {minutes} min",
@@ -885,6 +867,8 @@ def register(app: typer.Typer) -> None:
     app.command("projects", rich_help_panel=panel)(projects)
     app.command("nodes", rich_help_panel=panel)(nodes)
     app.command("top", rich_help_panel=panel)(top)
+    from gpupool.cli.usage import usage  # it builds on this module's helpers
+
     app.command("usage", rich_help_panel=panel)(usage)
     admin = "Cluster admin"
     app.add_typer(project_app, name="project", rich_help_panel=admin)

@@ -55,6 +55,13 @@ def server(
         int, typer.Option(help="Reclaim attempts per cycle (bounds one cycle's work).")
     ] = 1024,
     access_log: Annotated[bool, typer.Option(help="Log every request.")] = False,
+    metrics_public: Annotated[
+        bool,
+        typer.Option(
+            "--metrics-public",
+            help="Serve /metrics without a token (for Prometheus); by default it needs one.",
+        ),
+    ] = False,
     kubernetes: Annotated[
         bool,
         typer.Option(
@@ -175,6 +182,7 @@ def server(
             stop_tasks_on_shutdown=stop_tasks_on_exit,
             scheduler=SchedulerSettings(max_reclaim_attempts_per_cycle=max_reclaims_per_cycle),
             kube=kube,
+            metrics_public=metrics_public,
         )
         serve(settings, access_log=access_log)
     except ValueError as error:

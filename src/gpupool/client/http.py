@@ -16,10 +16,12 @@ from pydantic import BaseModel, ValidationError
 from gpupool import __version__
 from gpupool.api.schemas import (
     DepartmentIn,
+    DeviceHistoryOut,
     ErrorDetail,
     ErrorOut,
     EventOut,
     Health,
+    HistoryOut,
     LogChunk,
     NodeIn,
     NodeOut,
@@ -241,8 +243,22 @@ class GpupoolClient:
     # -- departments and projects -----------------------------------------------------------
 
     def usage(self, by: str = "project", minutes: int = 60, bucket_s: int = 300) -> UsageOut:
+        """Per-minute samples of the last `minutes` (at most 14 days), per workload too."""
         params: Params = {"by": by, "minutes": minutes, "bucket_s": bucket_s}
         return self._get(UsageOut, "/api/v1/usage", params)
+
+    def history(
+        self, range_: str | None = None, start: float | None = None, end: float | None = None
+    ) -> HistoryOut:
+        """The history store: `range_` (1h, 24h, 7d, 30d) back from now, or `start`/`end`."""
+        params: Params = {"range": range_, "start": start, "end": end}
+        return self._get(HistoryOut, "/api/v1/history", params)
+
+    def device_history(
+        self, range_: str | None = None, start: float | None = None, end: float | None = None
+    ) -> DeviceHistoryOut:
+        params: Params = {"range": range_, "start": start, "end": end}
+        return self._get(DeviceHistoryOut, "/api/v1/history/devices", params)
 
     def departments(self) -> list[ProjectOut]:
         return self._many(ProjectOut, self._request("GET", "/api/v1/departments"))

@@ -86,6 +86,8 @@ class Launch:
     memory_mib: int = 0
     external_ref: str | None = None
     """`namespace/name` of a pod someone else created (Kubernetes): bound, not created."""
+    workload_type: str = "train"
+    """`train`, `interactive` or `inference` (the simulated executor's utilization model)."""
 
     def to_json(self) -> dict[str, Any]:
         """As a JSON object, for executors' journals."""

@@ -5,11 +5,20 @@ With a journal file, what was started survives the server being killed: every st
 and acknowledgement is appended (and fsynced) before the call returns, and a new executor on the
 same journal carries on where the old one stopped. That is how the crash tests prove that no
 launch is started twice.
+
+Utilization is a model, deterministic so that tests and demos can check what the history shows:
+a running task keeps each of its devices busy at its charge there (`gpu_milli`) times its
+workload's utilization, which the workload may set with the environment variable
+`GPUPOOL_SIM_UTILIZATION` (percent, 0 to 100) and which otherwise defaults by type as in
+`gpupool simulate` (train 100%, inference 50%, interactive 20%). A device's utilization is the
+sum over its tasks, at most 100%; its memory used is the sum of their memory requests. Every
+device of every node is sampled (an idle one at 0%), at most every `sample_interval_s`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import threading
@@ -31,7 +40,18 @@ from gpupool.executors.base import (
 )
 from gpupool.units import parse_memory_mib
 
-__all__ = ["SimulatedExecutor", "parse_simulated_nodes"]
+__all__ = [
+    "DEFAULT_UTILIZATION_PERCENT",
+    "SIM_UTILIZATION_ENV",
+    "SimulatedExecutor",
+    "parse_simulated_nodes",
+]
+
+SIM_UTILIZATION_ENV = "GPUPOOL_SIM_UTILIZATION"
+"""A workload's simulated utilization in percent of what it holds (0 to 100)."""
+DEFAULT_UTILIZATION_PERCENT = {"train": 100, "interactive": 20, "inference": 50}
+"""By workload type when the variable is not given; the same as `gpupool simulate`'s defaults
+(`gpupool.sim.workload.DEFAULT_UTIL_PERMILLE`, which a test keeps equal)."""
 
 _GROUP = re.compile(r"^(\d+)x(\d+)(?::([0-9.]+[A-Za-z]*))?(?::([\w.-]+))?$")
 
@@ -71,6 +91,26 @@ class _Run:
     ended: Exit | None = None
     acknowledged: bool = False
     log: list[str] = field(default_factory=list)
+    utilization_permille: int = 1000
+
+
+def utilization_permille(launch: Launch) -> tuple[int, str | None]:
+    """The launch's simulated utilization (per mille) and, for a value that is not a percent,
+    the log line that says so (the default is used then)."""
+    default = DEFAULT_UTILIZATION_PERCENT.get(launch.workload_type, 100) * 10
+    text = dict(launch.env).get(SIM_UTILIZATION_ENV)
+    if text is None:
+        return default, None
+    try:
+        percent = float(text)
+    except ValueError:
+        percent = math.nan
+    if not (math.isfinite(percent) and 0 <= percent <= 100):
+        return default, (
+            f"{SIM_UTILIZATION_ENV}={text!r} is not a percent from 0 to 100 (like 40); "
+            f"using the default for {launch.workload_type} work, {default // 10}%"
+        )
+    return round(percent * 10), None
 
 
 class SimulatedExecutor:
@@ -82,10 +122,13 @@ class SimulatedExecutor:
         clock: Clock,
         journal_path: Path | None = None,
         name: str = "simulated",
+        sample_interval_s: float = 5.0,
     ) -> None:
         self.name = name
         self._nodes = tuple(nodes)
         self._clock = clock
+        self._sample_interval_s = sample_interval_s
+        self._last_sample_s = -math.inf
         self._lock = threading.Lock()
         self._runs: dict[str, _Run] = {}
         self._journal_path = journal_path
@@ -146,8 +189,35 @@ class SimulatedExecutor:
             return data[offset : offset + limit], run.ended is not None
 
     def usage_samples(self) -> Sequence[UsageSample]:
-        """Simulated tasks use nothing measurable."""
-        return ()
+        """Every device, from the model in the module's docstring; none between two samplings
+        less than `sample_interval_s` apart."""
+        with self._lock:
+            now = self._clock.now_s()
+            if now - self._last_sample_s < self._sample_interval_s:
+                return ()
+            self._last_sample_s = now
+            self._finish_due()
+            busy: dict[tuple[str, int], int] = {}
+            memory: dict[tuple[str, int], int] = {}
+            for run in self._runs.values():
+                if run.ended is not None:
+                    continue
+                launch = run.launch
+                for device in launch.devices:
+                    key = (launch.node, device)
+                    busy[key] = busy.get(key, 0) + launch.gpu_milli * run.utilization_permille
+                    memory[key] = memory.get(key, 0) + launch.gpu_memory_mib
+            return [
+                UsageSample(
+                    now,
+                    node.name,
+                    d.index,
+                    min(100, busy.get((node.name, d.index), 0) // 10_000),
+                    min(d.memory_mib, memory.get((node.name, d.index), 0)),
+                )
+                for node in self._nodes
+                for d in node.devices
+            ]
 
     def stop_all(self, timeout_s: float) -> None:
         self.stop(
@@ -165,12 +235,15 @@ class SimulatedExecutor:
                 self._journal = None
 
     def _started(self, launch: Launch, now: float) -> None:
-        run = _Run(launch, now)
+        permille, problem = utilization_permille(launch)
+        run = _Run(launch, now, utilization_permille=permille)
         where = ",".join(str(d) for d in launch.devices)
         run.log.append(
             f"[{now:.3f}] simulated task {launch.workload}/{launch.task_index} started on "
             f"{launch.node} devices {where}\n"
         )
+        if problem is not None:
+            run.log.append(f"[{now:.3f}] {problem}\n")
         self._runs[launch.launch_id] = run
 
     def _stopped(self, launch_id: str, now: float, reason: str) -> None:

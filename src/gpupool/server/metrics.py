@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from collections import Counter as Tally
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
 
-from gpupool.core.decisions import CycleResult
+from gpupool.core.decisions import CycleResult, EvictionCause
+
+if TYPE_CHECKING:
+    from gpupool.server.history import RecentUse
+
+MIB = 1024 * 1024
 
 
 def pending_category(reason: str) -> str:
@@ -27,6 +35,55 @@ def pending_category(reason: str) -> str:
         if needle in text:
             return category
     return "other"
+
+
+_USE = (
+    ("gpupool_allocated_gpu", "GPUs held by running work, all projects (departments not counted "
+     "twice)", ()),
+    ("gpupool_utilized_gpu", "GPUs running work kept busy, average over the last minute "
+     "(absent when unknown)", ()),
+    ("gpupool_project_utilized_gpu", "GPUs the project's work kept busy, average over the last "
+     "minute (absent when utilization is unknown)", ("project",)),
+    ("gpupool_device_allocated_gpu", "Part of the device charged to running work (0 to 1)",
+     ("node", "device")),
+    ("gpupool_device_utilization_percent", "How busy the device is, last sample (absent when "
+     "unknown)", ("node", "device")),
+    ("gpupool_device_memory_used_bytes", "Device memory in use, last sample (absent when "
+     "unknown)", ("node", "device")),
+)  # fmt: skip
+
+
+class UseCollector:
+    """The history recorder's last steps as gauges, built when scraped: a step costs nothing
+    however many devices there are, and what is unknown is left out (a plain gauge without
+    labels cannot be absent)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.recent: RecentUse | None = None
+        registry.register(self)
+
+    def describe(self) -> Iterable[Metric]:
+        return [GaugeMetricFamily(name, doc, labels=labels) for name, doc, labels in _USE]
+
+    def collect(self) -> Iterable[Metric]:
+        recent = self.recent
+        if recent is None:
+            return []
+        allocated, utilized, projects, device_allocated, device_utilization, memory = (
+            GaugeMetricFamily(name, doc, labels=labels) for name, doc, labels in _USE
+        )
+        allocated.add_metric([], recent.allocated_milli / 1000)
+        if recent.utilized_milli is not None:
+            utilized.add_metric([], recent.utilized_milli / 1000)
+        for project, milli in sorted(recent.projects.items()):
+            projects.add_metric([project], milli / 1000)
+        for device in recent.devices:
+            labels = [device.node, str(device.index)]
+            device_allocated.add_metric(labels, device.allocated_milli / 1000)
+            if device.utilized_milli is not None:
+                device_utilization.add_metric(labels, device.utilized_milli / 10)
+                memory.add_metric(labels, device.memory_used_mib * MIB)
+        return [allocated, utilized, projects, device_allocated, device_utilization, memory]
 
 
 class ServerMetrics:
@@ -76,7 +133,17 @@ class ServerMetrics:
         )
         for kind in ("bind", "evict", "move"):
             self.decisions.labels(kind=kind)
+        self.evictions = Counter(
+            "gpupool_evictions",
+            "Workloads (or tasks) stopped for others, by cause: reclaim (another project takes "
+            "back its share) or preempt (higher-priority work of the same project)",
+            ["cause"],
+            registry=self.registry,
+        )
+        for cause in EvictionCause:
+            self.evictions.labels(cause=cause.value)
         self.capacity = Gauge("gpupool_capacity_gpu", "GPUs on ready nodes", registry=self.registry)
+        self.use = UseCollector(self.registry)
 
     def observe_cycle(self, result: CycleResult, duration_s: float, capacity_gpu: float) -> None:
         self.cycle_seconds.observe(duration_s)
@@ -94,6 +161,14 @@ class ServerMetrics:
     def count_decisions(self, kind: str, count: int) -> None:
         if count:
             self.decisions.labels(kind=kind).inc(count)
+
+    def count_evictions(self, cause: str, count: int) -> None:
+        if count:
+            self.evictions.labels(cause=cause).inc(count)
+
+    def observe_use(self, recent: RecentUse) -> None:
+        """Utilization from the history recorder's last steps (see `UseCollector`)."""
+        self.use.recent = recent
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -33,10 +33,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpupool.api.schemas import TaskState, WorkloadStatus
 from gpupool.clock import Clock
 from gpupool.core.cycle import run_cycle
-from gpupool.core.decisions import Bind, CycleResult, Evict, Move, ProjectShare
+from gpupool.core.decisions import Bind, CycleResult, Evict, EvictionCause, Move, ProjectShare
 from gpupool.core.model import MILLI_PER_GPU, SchedulerSettings, TaskPlacement, Workload
 from gpupool.executors.base import DiscoversWorkloads, Executor, Exit, Launch, NodeInventory, Stop
-from gpupool.server import external, usage
+from gpupool.server import external, history, usage
 from gpupool.server.db import EventRow, NodeRow, ProjectRow, TaskRow, WorkloadRow
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.services import cluster
@@ -102,6 +102,8 @@ class SchedulingLoop:
         self._registered: tuple[NodeInventory, ...] = ()
         self._is_leader = is_leader
         self._leading = is_leader is None
+        self.history = history.HistoryRecorder()
+        self._facts: history.CycleFacts | None = None
         """With leader election, iterations run only while this replica leads; each time it
         starts leading it first takes over (nodes, recovery) as at a start."""
 
@@ -126,6 +128,22 @@ class SchedulingLoop:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+            if not self._thread.is_alive():
+                try:
+                    self._write_history(everything=True)
+                except Exception as error:  # shutting down: report it, lose one minute
+                    if self._on_error is not None:
+                        self._on_error(error)
+
+    def _write_history(self, everything: bool = False) -> None:
+        """Write the history minutes that are over (`everything`: the current one too, at
+        shutdown). On a failure they stay in memory and are written with the next ones."""
+        now = self._clock.now_s()
+        minutes = self.history.unwritten() if everything else self.history.complete(now)
+        if not minutes:
+            return
+        with self.history.writing(minutes), self._writer.begin() as session:
+            history.write(session, minutes, now)
 
     def _may_run(self) -> bool:
         """Without leader election: always. With it: while leading, after taking over."""
@@ -172,11 +190,22 @@ class SchedulingLoop:
         self.iterations += 1
 
     def record_usage(self) -> None:
-        """Fold the executor's device samples into the per-minute usage history."""
+        """Fold the executor's device samples into the per-minute usage history (per
+        workload), and record a step of the history store when one is due."""
         samples = self._executor.usage_samples()
         if samples:
             with self._writer.begin() as session:
                 usage.record(session, samples, self._clock.now_s())
+        self.history.observe(samples)
+        now = self._clock.now_s()
+        if self._facts is None or not self.history.due(now):
+            return
+        fresh = self.history.fresh_samples(now)
+        with self._reader() as session, session.begin():
+            step = history.read_step(session, now, self._facts, fresh)
+        self.history.add(step)
+        self._metrics.observe_use(self.history.recent())
+        self._write_history()
 
     def follow_executor(self) -> None:
         """Nodes that came, went or changed (Kubernetes), and pods someone else created for
@@ -407,14 +436,17 @@ class SchedulingLoop:
         duration_s = time.perf_counter() - began
         self.shares = {share.name: share for share in result.projects}
         self.last_cycle = CycleInfo(now, duration_s, len(result.decisions))
+        self._facts = history.CycleFacts.of(result, built.snapshot)
         capacity = sum(node.gpu_count for node in built.snapshot.nodes)
         self._metrics.observe_cycle(result, duration_s, float(capacity))
-        for kind, count in counts.items():
-            self._metrics.count_decisions(kind, count)
+        for kind in ("bind", "evict", "move"):
+            self._metrics.count_decisions(kind, counts[kind])
+        for cause in EvictionCause:
+            self._metrics.count_evictions(cause.value, counts[cause.value])
         return result
 
     def _persist(self, built: BuiltSnapshot, result: CycleResult, now: float) -> dict[str, int]:
-        counts = {"bind": 0, "evict": 0, "move": 0}
+        counts = {"bind": 0, "evict": 0, "move": 0} | {cause.value: 0 for cause in EvictionCause}
         touched = {d.workload for d in result.decisions}
         with self._writer.begin() as session:
             current = dict(
@@ -453,6 +485,7 @@ class SchedulingLoop:
                     events.append(_event_row(now, "bound", key, message, node))
                 elif isinstance(decision, Evict):
                     counts["evict"] += 1
+                    counts[decision.cause.value] += 1
                     self._evict(by_name[decision.workload], key, decision, now, changed, stops)
                     events.append(_event_row(now, "evicted", key, decision.reason))
                 else:
@@ -792,4 +825,5 @@ def _launch(task: TaskRow, workload: WorkloadRow, project: str, device_memory_mi
             if workload.pods is not None and task.task_index < len(workload.pods)
             else None
         ),
+        workload_type=workload.type,
     )

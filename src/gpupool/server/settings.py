@@ -36,6 +36,8 @@ class ServerSettings:
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     run_scheduler: bool = True
     """False serves the API only (tests of the API alone, read replicas)."""
+    metrics_public: bool = False
+    """Serve `/metrics` without a token (for a Prometheus that scrapes without one)."""
 
     @property
     def effective_database_url(self) -> str:

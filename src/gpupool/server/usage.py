@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import cast
 
-from sqlalchemy import delete, select
+from sqlalchemy import Table, bindparam, case, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.api.schemas import TaskState, UsageOut, UsagePoint
@@ -21,6 +22,7 @@ from gpupool.executors.base import UsageSample
 from gpupool.server.db import UsageRow
 from gpupool.server.services.cluster import Charge, charges
 
+USAGE = cast(Table, UsageRow.__table__)
 BUCKET_S = 60
 RETENTION_S = 14 * 24 * 3600
 RECENT_S = 300
@@ -68,31 +70,56 @@ def record(session: Session, samples: Sequence[UsageSample], now_s: float) -> No
             key = (bucket, sample.node, sample.device_index, charge.project, charge.workload)
             add(key, charge.milli, share, 0)
     buckets = sorted({key[0] for key in increments})
+    c = USAGE.c
     existing = {
-        (r.bucket_s, r.node, r.device_index, r.project, r.workload): r
-        for r in session.scalars(select(UsageRow).where(UsageRow.bucket_s.in_(buckets)))
+        (bucket, node, device, project, workload): row_id
+        for row_id, bucket, node, device, project, workload in session.execute(
+            select(c.id, c.bucket_s, c.node, c.device_index, c.project, c.workload).where(
+                c.bucket_s.in_(buckets)
+            )
+        ).all()
     }
+    inserts: list[dict[str, object]] = []
+    updates: list[dict[str, object]] = []
     for key, (count, allocated, used, memory) in increments.items():
-        row = existing.get(key)
-        if row is None:
-            session.add(
-                UsageRow(
-                    bucket_s=key[0],
-                    node=key[1],
-                    device_index=key[2],
-                    project=key[3],
-                    workload=key[4],
-                    samples=count,
-                    allocated_milli_sum=allocated,
-                    utilized_milli_sum=used,
-                    memory_used_max_mib=memory,
-                )
+        row_id = existing.get(key)
+        if row_id is None:
+            inserts.append(
+                {
+                    "bucket_s": key[0],
+                    "node": key[1],
+                    "device_index": key[2],
+                    "project": key[3],
+                    "workload": key[4],
+                    "samples": count,
+                    "allocated_milli_sum": allocated,
+                    "utilized_milli_sum": used,
+                    "memory_used_max_mib": memory,
+                }
             )
         else:
-            row.samples += count
-            row.allocated_milli_sum += allocated
-            row.utilized_milli_sum += used
-            row.memory_used_max_mib = max(row.memory_used_max_mib, memory)
+            updates.append(
+                {"b_id": row_id, "b_count": count, "b_alloc": allocated, "b_used": used}
+                | {"b_memory": memory}
+            )
+    # Core statements, many rows each: a large cluster's minute is thousands of rows.
+    if inserts:
+        session.execute(insert(USAGE), inserts)
+    if updates:
+        session.connection().execute(
+            update(USAGE)
+            .where(c.id == bindparam("b_id"))
+            .values(
+                samples=c.samples + bindparam("b_count"),
+                allocated_milli_sum=c.allocated_milli_sum + bindparam("b_alloc"),
+                utilized_milli_sum=c.utilized_milli_sum + bindparam("b_used"),
+                memory_used_max_mib=case(
+                    (c.memory_used_max_mib < bindparam("b_memory"), bindparam("b_memory")),
+                    else_=c.memory_used_max_mib,
+                ),
+            ),
+            updates,
+        )
     session.execute(delete(UsageRow).where(UsageRow.bucket_s < now_s - RETENTION_S))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 
 import gpupool
 from gpupool.api.schemas import (
@@ -22,7 +22,7 @@ from gpupool.api.schemas import (
 from gpupool.server import usage
 from gpupool.server.errors import ERROR_RESPONSES
 from gpupool.server.services import cluster, users
-from gpupool.server.state import Caller, State
+from gpupool.server.state import Caller, State, get_principal
 
 router = APIRouter()
 api = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
@@ -35,20 +35,29 @@ def health() -> Health:
 
 
 @router.get("/metrics", tags=["metrics"], response_class=Response)
-def metrics(state: State, caller: Caller) -> Response:
+def metrics(
+    request: Request, state: State, authorization: Annotated[str | None, Header()] = None
+) -> Response:
+    """Prometheus text. Needs a token unless the server runs with --metrics-public."""
+    if not state.settings.metrics_public:
+        get_principal(request, state, authorization)
     return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
 
 
 @api.get("/nodes", tags=["nodes"])
 def list_nodes(state: State, caller: Caller) -> list[NodeOut]:
+    """Nodes and their devices: who holds which part of each (a researcher sees other
+    projects' shares without workload names) and recent utilization."""
     with state.read() as session:
-        return cluster.nodes(session)
+        _, devices = usage.recent(session, state.clock.now_s())
+        return cluster.nodes(session, device_utilization=devices, viewer=caller)
 
 
 @api.get("/nodes/{name}", tags=["nodes"])
 def get_node(name: str, state: State, caller: Caller) -> NodeOut:
     with state.read() as session:
-        return cluster.nodes(session, name)[0]
+        _, devices = usage.recent(session, state.clock.now_s())
+        return cluster.nodes(session, name, device_utilization=devices, viewer=caller)[0]
 
 
 @api.post("/nodes", tags=["nodes"])
@@ -58,7 +67,7 @@ def register_node(body: NodeIn, state: State, caller: Caller) -> NodeOut:
     with state.write() as session:
         cluster.register(session, cluster.inventory_of(body), "api", state.clock.now_s())
     with state.read() as session:
-        return cluster.nodes(session, body.name)[0]
+        return cluster.nodes(session, body.name, viewer=caller)[0]
 
 
 @api.get("/top", tags=["nodes"])
@@ -75,6 +84,7 @@ def top(state: State, caller: Caller) -> TopOut:
             last.duration_s * 1000 if last else None,
             utilized,
             devices,
+            viewer=caller,
         )
 
 
