@@ -202,6 +202,16 @@ class NodeIn(_In):
         return self
 
 
+class DeviceShare(_Out):
+    """What one workload holds on one device."""
+
+    project: str
+    workload: str | None
+    """null for a researcher looking at a project not theirs: usage only, no names."""
+    milli: int
+    """Milli-GPU of this device (1000 for the whole device)."""
+
+
 class DeviceOut(_Out):
     index: int
     uuid: str | None
@@ -209,6 +219,9 @@ class DeviceOut(_Out):
     memory_mib: int
     allocated_milli: int = 0
     workloads: list[str] = []
+    """`project/workload` of what holds it; a researcher sees only their projects' names."""
+    shares: list[DeviceShare] = []
+    """Who holds which part of the device (one per workload), largest first."""
     utilization_percent: int | None = None
     """Average over the last 5 minutes; null without samples."""
     memory_used_mib: int | None = None
@@ -365,6 +378,15 @@ class EventOut(_Out):
     message: str
 
 
+class TaskPlacement(_Out):
+    """Where one live task of a workload is (starting, running or stopping)."""
+
+    task_index: int
+    node: str
+    devices: list[int]
+    state: TaskState
+
+
 class WorkloadOut(_Out):
     id: int
     name: str
@@ -398,6 +420,11 @@ class WorkloadOut(_Out):
     image: str | None = None
     origin: str = "api"
     """`api` (submitted to gpupool) or `kubernetes` (pods someone else created)."""
+    placement: list[TaskPlacement] = []
+    """Its live tasks' nodes and devices (in lists of workloads; empty when none run)."""
+    exit_code: int | None = None
+    """When it has finished (in lists): the first non-zero exit code of its tasks' last runs,
+    else 0; null while it has not finished or no exit code is known."""
 
 
 class WorkloadDetail(WorkloadOut):
@@ -533,6 +560,26 @@ class HistoryOut(_Out):
     """Allocated but not used; null where utilization is unknown."""
     idle_allocated_share: float | None
     """idle_allocated_gpu_hours / allocated_gpu_hours over the hours where both are known."""
+
+
+class DeviceHistory(_Out):
+    """One device over a range of the history store."""
+
+    node: str
+    device_index: int
+    allocated_gpu: float
+    """Part of the device charged to work (0 to 1), averaged over the range's recorded time."""
+    utilization_percent: float | None
+    """Average over the samples where it was measured; null where it never was."""
+    memory_used_max_mib: int | None
+    allocated_gpu_hours: float
+
+
+class DeviceHistoryOut(_Out):
+    start: float
+    end: float
+    resolution_s: int
+    devices: list[DeviceHistory]
 
 
 class LoginIn(_In):

@@ -27,7 +27,7 @@ from gpupool.server.batcher import SubmitBatcher
 from gpupool.server.db import make_engine, make_sessionmakers
 from gpupool.server.errors import ApiError
 from gpupool.server.metrics import ServerMetrics
-from gpupool.server.routers import cluster, projects, session, workloads
+from gpupool.server.routers import cluster, history, projects, session, web, workloads
 from gpupool.server.scheduler import SchedulingLoop
 from gpupool.server.services.users import bootstrap_admin
 from gpupool.server.settings import ServerSettings
@@ -190,7 +190,9 @@ def create_app(
     app.include_router(cluster.api)
     app.include_router(projects.router)
     app.include_router(workloads.router)
+    app.include_router(history.router)
     app.include_router(session.router)
+    app.include_router(web.router)
     _error_handlers(app)
     return app
 

@@ -20,7 +20,8 @@ from gpupool.api.schemas import (
 )
 from gpupool.server.db import TaskRow
 from gpupool.server.errors import ERROR_RESPONSES, not_found
-from gpupool.server.services import workloads
+from gpupool.server.services import workload_list, workloads
+from gpupool.server.services.workload_list import Filters, Order, SortKey
 from gpupool.server.state import Caller, State
 
 router = APIRouter(prefix="/api/v1", tags=["workloads"], responses=ERROR_RESPONSES)
@@ -42,11 +43,21 @@ def list_workloads(
     project: str | None = None,
     status: WorkloadStatus | None = None,
     type: WorkloadType | None = None,
+    user: Annotated[str | None, Query(max_length=63, description="who submitted it")] = None,
+    node: Annotated[
+        str | None, Query(max_length=63, description="has a live task on this node")
+    ] = None,
+    q: Annotated[
+        str | None, Query(max_length=63, description="a substring of the name (any case)")
+    ] = None,
+    sort: Annotated[SortKey | None, Query(description="default: submission order")] = None,
+    order: Order = Order.ASC,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
 ) -> WorkloadPage:
+    filters = Filters(project, status, type, user, node, q)
     with state.read() as session:
-        return workloads.list_page(session, caller, project, status, type, limit, offset)
+        return workload_list.list_page(session, caller, filters, limit, offset, sort, order)
 
 
 @router.get("/workloads/{project}/{name}")

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from gpupool.api.schemas import (
     DeviceOut,
+    DeviceShare,
     NodeIn,
     NodeOut,
     NodeTop,
@@ -22,6 +23,7 @@ from gpupool.api.schemas import (
 from gpupool.core.decisions import ProjectShare
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.executors.base import DeviceInfo, NodeInventory
+from gpupool.server.auth import Principal
 from gpupool.server.db import DeviceRow, NodeRow, ProjectRow, TaskRow, WorkloadRow
 from gpupool.server.errors import not_found
 from gpupool.server.snapshot import core_name, gpu_request
@@ -123,49 +125,72 @@ def charges(session: Session, states: tuple[str, ...] = _HOLDING) -> list[Charge
     ]
 
 
-def _allocations(
-    session: Session,
-) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], list[str]], dict[str, int]]:
-    """Milli-GPU held per (node, device), the workloads on it, and per project."""
-    per_device: dict[tuple[str, int], int] = defaultdict(int)
-    names: dict[tuple[str, int], list[str]] = defaultdict(list)
+Shares = dict[tuple[str, int], dict[tuple[str, str], int]]
+"""(node, device) -> (project, workload) -> milli-GPU held there."""
+
+
+def _allocations(session: Session) -> tuple[Shares, dict[str, int]]:
+    """Milli-GPU held per (node, device) by each workload, and per project."""
+    per_device: Shares = defaultdict(lambda: defaultdict(int))
     per_project: dict[str, int] = defaultdict(int)
     for charge in charges(session):
-        per_device[(charge.node, charge.device)] += charge.milli
-        names[(charge.node, charge.device)].append(core_name(charge.project, charge.workload))
+        per_device[(charge.node, charge.device)][(charge.project, charge.workload)] += charge.milli
         per_project[charge.project] += charge.milli
-    return per_device, names, per_project
+    return per_device, per_project
+
+
+def _device_shares(
+    held: Mapping[tuple[str, str], int], viewer: Principal | None
+) -> tuple[list[str], list[DeviceShare]]:
+    """The names of what holds a device and its shares, as `viewer` may see them: a researcher
+    sees another project's share, never its workloads' names."""
+    names = []
+    shares = []
+    for (project, workload), milli in sorted(held.items(), key=lambda item: (-item[1], item[0])):
+        visible = viewer is None or viewer.may_use(project)
+        if visible:
+            names.append(core_name(project, workload))
+        shares.append(
+            DeviceShare(project=project, workload=workload if visible else None, milli=milli)
+        )
+    return names, shares
 
 
 def nodes(
     session: Session,
     name: str | None = None,
     device_utilization: Mapping[tuple[str, int], int] | None = None,
+    viewer: Principal | None = None,
 ) -> list[NodeOut]:
+    """Nodes with their devices and who holds them; `viewer` (None: all) limits the names."""
     query = select(NodeRow).order_by(NodeRow.name)
     if name is not None:
         query = query.where(NodeRow.name == name)
     rows = session.scalars(query).all()
     if name is not None and not rows:
         raise not_found("node", name, "list nodes with gpupool nodes")
-    per_device, names, _ = _allocations(session)
+    per_device, _ = _allocations(session)
     devices: dict[int, list[DeviceRow]] = defaultdict(list)
     for device in session.scalars(select(DeviceRow).order_by(DeviceRow.device_index)):
         devices[device.node_id].append(device)
     out = []
     for row in rows:
-        device_views = [
-            DeviceOut(
-                index=d.device_index,
-                uuid=d.uuid,
-                model=d.model,
-                memory_mib=d.memory_mib,
-                allocated_milli=per_device.get((row.name, d.device_index), 0),
-                workloads=names.get((row.name, d.device_index), []),
-                utilization_percent=(device_utilization or {}).get((row.name, d.device_index)),
+        device_views = []
+        for d in devices[row.id]:
+            held = per_device.get((row.name, d.device_index), {})
+            names, shares = _device_shares(held, viewer)
+            device_views.append(
+                DeviceOut(
+                    index=d.device_index,
+                    uuid=d.uuid,
+                    model=d.model,
+                    memory_mib=d.memory_mib,
+                    allocated_milli=sum(held.values()),
+                    workloads=names,
+                    shares=shares,
+                    utilization_percent=(device_utilization or {}).get((row.name, d.device_index)),
+                )
             )
-            for d in devices[row.id]
-        ]
         out.append(
             NodeOut(
                 name=row.name,
@@ -192,9 +217,10 @@ def top(
     last_cycle_ms: float | None,
     utilized: Mapping[str, int] | None = None,
     device_utilization: Mapping[tuple[str, int], int] | None = None,
+    viewer: Principal | None = None,
 ) -> TopOut:
-    node_views = nodes(session, device_utilization=device_utilization)
-    _, _, per_project = _allocations(session)
+    node_views = nodes(session, device_utilization=device_utilization, viewer=viewer)
+    _, per_project = _allocations(session)
     counts: dict[tuple[str, str], int] = defaultdict(int)
     requested: dict[str, int] = defaultdict(int)
     for project, status, kind, amount, tasks in session.execute(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.api.schemas import (
@@ -15,7 +15,6 @@ from gpupool.api.schemas import (
     WorkloadDetail,
     WorkloadIn,
     WorkloadOut,
-    WorkloadPage,
     WorkloadStatus,
     WorkloadType,
 )
@@ -204,43 +203,6 @@ def get_row(session: Session, project: str, name: str, who: Principal) -> Worklo
             "workload", f"{project}/{name}", "check the name and --project (gpupool list)"
         )
     return row
-
-
-def _running_counts(session: Session, ids: Sequence[int]) -> dict[int, int]:
-    if not ids:
-        return {}
-    rows = session.execute(
-        select(TaskRow.workload_id, func.count())
-        .where(TaskRow.workload_id.in_(ids), TaskRow.state == TaskState.RUNNING.value)
-        .group_by(TaskRow.workload_id)
-    ).all()
-    return {workload_id: count for workload_id, count in rows}
-
-
-def list_page(
-    session: Session,
-    who: Principal,
-    project: str | None,
-    status: WorkloadStatus | None,
-    type_: WorkloadType | None,
-    limit: int,
-    offset: int,
-) -> WorkloadPage:
-    query = select(WorkloadRow).join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
-    if project is not None:
-        if not who.may_use(project):
-            return WorkloadPage(items=[], total=0)
-        query = query.where(ProjectRow.name == project)
-    elif not who.is_admin:
-        query = query.where(ProjectRow.name.in_(sorted(who.project_names)))
-    if status is not None:
-        query = query.where(WorkloadRow.status == status.value)
-    if type_ is not None:
-        query = query.where(WorkloadRow.type == type_.value)
-    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
-    rows = session.scalars(query.order_by(WorkloadRow.id).limit(limit).offset(offset)).all()
-    counts = _running_counts(session, [row.id for row in rows])
-    return WorkloadPage(items=[view(row, counts.get(row.id, 0)) for row in rows], total=total)
 
 
 def detail(session: Session, row: WorkloadRow) -> WorkloadDetail:
