@@ -48,6 +48,13 @@ export function trim(value, digits = 2) {
   return rounded.toLocaleString("en-US", { maximumFractionDigits: digits });
 }
 
+// GPU-hours: one decimal, but two significant digits below 1 so a short run does not read "0".
+export function hours(value) {
+  if (value === null || value === undefined || Number.isNaN(value)) return "–";
+  if (value === 0 || Math.abs(value) >= 1) return trim(value, 1);
+  return Number(value.toPrecision(2)).toLocaleString("en-US", { maximumFractionDigits: 6 });
+}
+
 export function percent(share) {
   if (share === null || share === undefined) return "–";
   return `${Math.round(share * 100)}%`;

@@ -3,7 +3,7 @@
 
 import { get, query } from "../api.js";
 import { TimeChart } from "../chart.js";
-import { clock, duration, gpus, h, legend, nowSeconds, percent, projectColour, replace, trim } from "../dom.js";
+import { clock, duration, gpus, h, hours, legend, nowSeconds, percent, projectColour, replace, trim } from "../dom.js";
 
 export const RANGES = ["1h", "24h", "7d", "30d"];
 const RANGE_WORDS = {
@@ -121,17 +121,17 @@ export function mount(ctx) {
   }
 
   function renderIdle(data, words) {
-    const allocated = trim(data.allocated_gpu_hours, 1);
+    const allocated = hours(data.allocated_gpu_hours);
     if (data.idle_allocated_share === null || data.idle_allocated_share === undefined) {
       replace(idle, `Utilization was not measured in ${words}, so how much of the ${allocated} allocated GPU-hours sat idle is unknown.`);
       return;
     }
-    const idleHours = trim(data.idle_allocated_gpu_hours, 1);
+    const idleHours = hours(data.idle_allocated_gpu_hours);
     replace(
       idle,
       h("strong", { "data-testid": "idle-percent" }, percent(data.idle_allocated_share)),
       ` of allocated GPU-hours were idle in ${words} `,
-      `(${idleHours} of ${allocated} GPU-hours allocated, ${trim(data.utilized_gpu_hours, 1)} utilized).`,
+      `(${idleHours} of ${allocated} GPU-hours allocated, ${hours(data.utilized_gpu_hours)} utilized).`,
     );
   }
 
