@@ -117,6 +117,33 @@ def test_the_submit_form_submits_and_the_table_filters_and_sorts(
     assert "status=completed" in page.url
 
 
+def test_the_node_filter_offers_every_node_once_the_table_is_drawn(
+    page: Page, server: LiveServer
+) -> None:
+    """The table does not wait for the node names (GET /names, read after it is drawn); a node
+    chosen in the route is kept while they load."""
+    with server.client() as http:
+        project(http, "where", quota=1)
+        submit(http, "where", "here", gpu=1)
+        wait_status(http, "where", "here", "running")
+        nodes = http.get("/api/v1/names").json()["nodes"]
+        listed = http.get("/api/v1/workloads", params={"project": "where"}).json()["items"]
+        node = listed[0]["placement"][0]["node"]
+    log_in(page, server, server.admin_token)
+    open_page(page, server, "workloads", "workloads")
+    node_filter = page.get_by_test_id("filter-node")
+    expect(node_filter.locator("option")).to_have_text(["any", *nodes])
+    node_filter.select_option(node)
+    expect(page.locator("[data-testid=workload-row][data-name=here]")).to_have_count(1)
+    assert f"node={node}" in page.url
+
+    open_page(page, server, f"workloads?node={node}&project=where", "workloads")
+    expect(node_filter).to_have_value(node)
+    expect(page.get_by_test_id("filter-project")).to_have_value("where")
+    expect(node_filter.locator("option")).to_have_text(["any", *nodes])
+    expect(page.get_by_test_id("workload-row")).to_have_count(1)
+
+
 def test_two_fractions_on_one_device_are_two_segments_of_it(page: Page, server: LiveServer) -> None:
     with server.client() as http:
         project(http, "frac", quota=1)

@@ -153,7 +153,13 @@ def test_researchers_see_only_their_projects(live_server: LiveServer) -> None:
         assert [p["name"] for p in rita.get("/api/v1/projects").json()] == ["alpha"]
         assert rita.post("/api/v1/projects", json={"name": "mine2"}).status_code == 403
         assert rita.get("/api/v1/users").status_code == 403
+        # Names alone, as in /top: every project (for colours) and every node (for a filter).
+        names = rita.get("/api/v1/names").json()
+        assert {"alpha", "beta"} <= set(names["projects"])
+        assert names["projects"] == sorted(names["projects"])
+        assert names["nodes"] == [n["name"] for n in rita.get("/api/v1/nodes").json()]
     with httpx.Client(base_url=live_server.url) as anonymous:
+        assert anonymous.get("/api/v1/names").status_code == 401
         assert anonymous.get("/health").status_code == 200
         assert anonymous.get("/api/v1/workloads").status_code == 401
         assert anonymous.get("/metrics").status_code == 401

@@ -45,8 +45,8 @@ def test_admins_and_researchers_see_the_recorded_history(api_server: LiveServer)
             "both projects' work recorded as running and measured",
         )
         out = http.get("/api/v1/history").json()  # 24h by default
-        assert (out["resolution_s"], out["step_s"]) == (60, 120)
-        assert len(out["times"]) <= 721
+        assert (out["resolution_s"], out["step_s"]) == (60, 240)
+        assert len(out["times"]) <= 361
         assert _last(out["capacity_gpu"]) == 8.0
         by_key = {s["key"]: s for s in out["projects"]}
         # Averages over whole steps, the first of which began before the work ran (the
@@ -66,6 +66,15 @@ def test_admins_and_researchers_see_the_recorded_history(api_server: LiveServer)
         devices = rita.get("/api/v1/history/devices", params={"range": "1h"}).json()
         assert len(devices["devices"]) == 8
 
+        # A chart of allocation alone (the overview's) asks for that series only.
+        params = {"range": "1h", "project_series": "allocated"}
+        lean = rita.get("/api/v1/history", params=params).json()
+        assert [s["key"] for s in lean["projects"]] == keys
+        for full, only in zip(out.json()["projects"], lean["projects"], strict=True):
+            assert only["utilized_gpu"] is None and only["requested_gpu"] is None
+            assert len(only["allocated_gpu"]) == len(full["allocated_gpu"])
+        assert lean["utilized_gpu"] == out.json()["utilized_gpu"]  # the cluster's lines stay
+
 
 def test_zooming_and_the_errors(api_server: LiveServer) -> None:
     now = time.time()
@@ -74,12 +83,17 @@ def test_zooming_and_the_errors(api_server: LiveServer) -> None:
         assert (zoom["resolution_s"], zoom["step_s"]) == (60, 60)
         assert zoom["start"] == now - 600 and len(zoom["times"]) in (10, 11)
         month = http.get("/api/v1/history", params={"range": "30d"}).json()
-        assert (month["resolution_s"], month["step_s"]) == (3600, 3600)
+        assert (month["resolution_s"], month["step_s"]) == (3600, 7200)
+        both = {"range": "1h", "project_series": ["allocated", "requested"]}
+        for series in http.get("/api/v1/history", params=both).json()["projects"]:
+            assert series["utilized_gpu"] is None
+            assert None not in (series["allocated_gpu"], series["requested_gpu"])
         for params, message in (
             ({"start": now, "end": now - 60}, "must be after start"),
             ({"start": now - 400 * 86_400, "end": now}, "at most 366 days"),
             ({"end": now}, "give start with end"),
             ({"range": "2h"}, "range"),
+            ({"project_series": "demand"}, "project_series"),
         ):
             answer = http.get("/api/v1/history", params=params)
             assert answer.status_code == 422, answer.text

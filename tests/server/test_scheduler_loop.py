@@ -7,6 +7,7 @@ database and executor journal adopts what runs and starts nothing twice.
 
 from __future__ import annotations
 
+import bisect
 import json
 from pathlib import Path
 
@@ -20,10 +21,11 @@ from gpupool.executors.base import Stop
 from gpupool.executors.simulated import SimulatedExecutor, parse_simulated_nodes
 from gpupool.server import migrate
 from gpupool.server.auth import Principal
-from gpupool.server.db import TaskRow, WorkloadRow, make_engine, make_sessionmakers
+from gpupool.server.db import EventRow, TaskRow, WorkloadRow, make_engine, make_sessionmakers
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.scheduler import SchedulingLoop
 from gpupool.server.services import projects, workloads
+from gpupool.server.snapshot import build_snapshot
 
 ADMIN = Principal(1, "admin", Role.ADMIN, frozenset())
 
@@ -74,6 +76,14 @@ class Harness:
                 .order_by(TaskRow.id)
             ).all()
             return [(state, devices) for state, devices in rows]
+
+    def events(self) -> list[tuple[float, str, str | None]]:
+        """The event log: (at, kind, workload)."""
+        with self.reader() as session:
+            rows = session.execute(
+                select(EventRow.at, EventRow.kind, EventRow.workload).order_by(EventRow.id)
+            ).all()
+            return [(at, kind, workload) for at, kind, workload in rows]
 
     def journal_starts(self) -> list[str]:
         lines = (self.tmp / "journal.jsonl").read_text().splitlines()
@@ -188,3 +198,100 @@ def test_decisions_on_a_workload_changed_meanwhile_are_dropped(harness: Harness)
     harness.loop.cycle()
     assert harness.status("job") == "suspended"
     assert harness.tasks("job") == []
+
+
+# -- dynamic fractions on the live loop -------------------------------------------------------
+
+DEMAND_CHANGES = ("submitted", "completed", "deleted", "failed", "requeued")
+"""Event kinds that change what the cluster is asked for."""
+
+MIX: list[tuple[float, str, dict[str, object] | None]] = [
+    # (at, name, submitted fields; None = delete it then)
+    (0, "nb-1", {"type": "interactive", "gpu": 0.5, "gpu_limit": 1.0}),
+    (0, "nb-2", {"type": "interactive", "gpu": 0.5, "gpu_limit": 1.0}),
+    (0, "nb-3", {"type": "interactive", "gpu": 0.25, "gpu_limit": 1.0}),
+    (300, "tune-1", {"type": "train", "gpu": 0.25, "gpu_limit": 0.75}),
+    (600, "train-a", {"type": "train", "gpu": 2, "duration_s": 1800}),
+    (1200, "train-b", {"type": "train", "gpu": 4, "duration_s": 1200}),
+    (2400, "nb-4", {"type": "interactive", "gpu": 0.5, "gpu_limit": 1.0}),
+    (3000, "nb-2", None),
+    (3600, "train-c", {"type": "train", "gpu": 3, "duration_s": 1500}),
+    (4500, "train-d", {"type": "train", "gpu": 1, "duration_s": 900}),
+    (5400, "nb-5", {"type": "interactive", "gpu": 0.25, "gpu_limit": 0.5}),
+]
+
+
+def test_dynamic_fractions_move_at_most_once_per_change_of_demand(tmp_path: Path) -> None:
+    """Two simulated hours of notebooks and fine-tuning jobs with dynamic fractions beside
+    whole-GPU training that comes and goes, on the loop the server runs (database, simulated
+    executor), one iteration every 10 simulated seconds. Between two changes of demand each
+    workload is moved at most once (a spread task used to be read back from its row as charged
+    to its burst device, and was moved between idle devices on every cycle, forever)."""
+    harness = Harness(tmp_path, nodes="2x4")
+    harness.project("lab", 8)
+    timeline = sorted(MIX, key=lambda item: item[0])
+    start = harness.clock.now_s()
+    for step in range(2 * 3600 // 10 + 1):
+        elapsed = step * 10
+        while timeline and timeline[0][0] <= elapsed:
+            _at, name, fields = timeline.pop(0)
+            if fields is None:
+                with harness.writer.begin() as session:
+                    row = workloads.get_row(session, "lab", name, ADMIN)
+                    workloads.delete(session, row, ADMIN, harness.clock.now_s())
+            else:
+                harness.submit("lab", name, **fields)
+        harness.loop.run_once()
+        if elapsed < 2 * 3600:
+            harness.clock.advance(10)
+    events = harness.events()
+    for _ in range(5):  # nothing changes any more: nothing moves any more
+        harness.loop.run_once()
+    assert harness.events() == events
+
+    moves = [(at - start, workload) for at, kind, workload in events if kind == "moved"]
+    changes = sorted({at - start for at, kind, _ in events if kind in DEMAND_CHANGES})
+    assert moves, "the mix should make the node level spread and pack"
+    per_interval: dict[tuple[int, str | None], int] = {}
+    for at, workload in moves:
+        interval = bisect.bisect_right(changes, at) - 1
+        per_interval[(interval, workload)] = per_interval.get((interval, workload), 0) + 1
+    twice = {
+        f"{workload} after the change at t={changes[interval]:.0f}": count
+        for (interval, workload), count in per_interval.items()
+        if count > 1
+    }
+    assert not twice, f"moved more than once per change of demand: {twice}; moves {moves}"
+    assert harness.status("nb-1") == "running"
+    assert harness.status("train-c") == "completed"
+    # A task row keeps the device its task is charged to beside the one it bursts on.
+    with harness.reader() as session:
+        rows = session.execute(
+            select(TaskRow.devices, TaskRow.burst_device).where(
+                TaskRow.state == "running", TaskRow.burst_device.is_not(None)
+            )
+        ).all()
+    assert rows, "some dynamic fraction should burst at the end"
+    assert all(burst not in devices for devices, burst in rows), rows
+
+
+def test_a_task_row_from_before_charged_devices_were_kept_is_read_as_running_there(
+    harness: Harness,
+) -> None:
+    """Rows written before a spread task kept its charged device hold the burst device twice:
+    the snapshot reads the task as charged where it runs, and the next cycle moves nothing."""
+    harness.project("a", 4)
+    harness.submit("a", "nb-1", type="interactive", gpu=0.5, gpu_limit=1.0)
+    harness.submit("a", "nb-2", type="interactive", gpu=0.5, gpu_limit=1.0)
+    harness.loop.run_once()
+    with harness.writer.begin() as session:
+        row = session.scalars(select(TaskRow).where(TaskRow.burst_device.is_not(None))).one()
+        row.devices = [row.burst_device]
+        burst = row.burst_device
+    with harness.reader() as session:
+        built = build_snapshot(session, harness.clock.now_s(), SchedulerSettings())
+    [spread] = [p for w in built.snapshot.workloads for p in w.placements if p.devices == (burst,)]
+    assert spread.burst_device is None
+    events = harness.events()
+    harness.loop.run_once()
+    assert harness.events() == events

@@ -85,6 +85,16 @@ def test_no_inline_scripts_styles_or_markup_injection() -> None:
         assert 'setAttribute("style"' not in text, script
 
 
+def test_the_page_asks_for_every_module_at_once() -> None:
+    """Each module is preloaded by the page, so that the browser does not discover them one
+    import level at a time (a round trip each before the first read of the API)."""
+    html = (WEB / "index.html").read_text(encoding="utf-8")
+    preloaded = set(re.findall(r'<link rel="modulepreload" href="/static/([^"]+)">', html))
+    modules = {p.relative_to(WEB / "static").as_posix() for p in (WEB / "static").rglob("*.js")}
+    assert '<script type="module" src="/static/app.js"></script>' in html
+    assert preloaded == modules - {"app.js"}
+
+
 def test_every_page_loads_under_the_size_budget() -> None:
     # One page is the HTML and every file it may load (all modules are loaded at start).
     total = sum(asset.body.__len__() for asset in assets().values())

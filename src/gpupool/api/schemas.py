@@ -500,6 +500,16 @@ class TopOut(_Out):
     last_cycle_ms: float | None
 
 
+class NamesOut(_Out):
+    """Names only, for a page's filters and colours (`GET /api/v1/names`): far cheaper than
+    `/top` or `/nodes`, which read every device and what holds it."""
+
+    projects: list[str]
+    """Every project (not departments), sorted; everyone may read them, as in `/top`."""
+    nodes: list[str]
+    """Every node, sorted."""
+
+
 class UsagePoint(_Out):
     """Allocation and use of one device, project or workload over one time bucket."""
 
@@ -526,15 +536,24 @@ class HistoryRange(enum.StrEnum):
     MONTH = "30d"
 
 
+class ProjectSeries(enum.StrEnum):
+    """A project's series in `GET /api/v1/history` (`project_series`; all three by default)."""
+
+    ALLOCATED = "allocated"
+    UTILIZED = "utilized"
+    REQUESTED = "requested"
+
+
 class HistorySeries(_Out):
-    """One project's line in a history chart (GPUs, averaged over each step)."""
+    """One project's lines in a history chart (GPUs, averaged over each step). A line not asked
+    for (`project_series`) is null as a whole."""
 
     key: str
     """The project's name; researchers see projects that are not theirs as usage only."""
-    allocated_gpu: list[float | None]
-    utilized_gpu: list[float | None]
-    """null where no utilization was measured (unknown, not 0)."""
-    requested_gpu: list[float | None]
+    allocated_gpu: list[float | None] | None
+    utilized_gpu: list[float | None] | None
+    """null at a step where no utilization was measured (unknown, not 0)."""
+    requested_gpu: list[float | None] | None
 
 
 class HistoryOut(_Out):

@@ -161,16 +161,18 @@ def project_view(out: HistoryOut, label: str) -> Group:
         title=f"GPUs by project, average over the {_span(out, label)}",
     )  # fmt: skip
     for series in out.projects:
-        allocated = _mean(series.allocated_gpu)
-        utilized = _mean(series.utilized_gpu)
+        # The CLI asks for every series; one left out (null) reads as unknown.
+        allocated_line = series.allocated_gpu or []
+        allocated = _mean(allocated_line)
+        utilized = _mean(series.utilized_gpu or [])
         view.add_row(
             escape(series.key),
             _gpus(allocated),
             _gpus(utilized),
             _ratio(utilized, allocated),
-            _gpus(_mean(series.requested_gpu)),
-            f"{_hours(out, series.allocated_gpu):,.1f}",
-            sparkline(series.allocated_gpu),
+            _gpus(_mean(series.requested_gpu or [])),
+            f"{_hours(out, allocated_line):,.1f}",
+            sparkline(allocated_line),
         )
     return Group(view, _totals(out))
 

@@ -75,8 +75,6 @@ class CycleContext:
         self.bind_reasons: dict[int, str] = {}
         self.policy_blocked: set[int] = set()
         """Works that G3 holds back this cycle: evicting others cannot help them."""
-        self.limit_blocked: set[int] = set()
-        """Works that a limit holds back this cycle: only their own project's evictions help."""
 
     # --- requests ---------------------------------------------------------------------------
 
@@ -97,6 +95,18 @@ class CycleContext:
         return missing[:gang], missing[gang:]
 
     # --- policy checks ----------------------------------------------------------------------
+
+    def over_limit(self, work: WorkRecord, ask: Ask) -> list[int]:
+        """Levels of the project tree (root first) whose limit `ask` would exceed."""
+        levels = []
+        for p in self.session.project_path(work):
+            record = self.session.projects[p]
+            limit = record.spec.limit
+            for resource, cap in enumerate((limit.gpu_milli, limit.cpu_milli, limit.memory_mib)):
+                if cap is not None and record.holding[resource] + ask.amount(resource) > cap:
+                    levels.append(p)
+                    break
+        return levels
 
     def limit_problem(self, work: WorkRecord, ask: Ask) -> str | None:
         """Why `ask` would take the project or a department above its limit, or None."""

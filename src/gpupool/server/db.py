@@ -7,6 +7,7 @@ created and changed only by the Alembic migrations in `gpupool.server.migrations
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -188,7 +189,11 @@ class TaskRow(Base):
     task_index: Mapped[int] = mapped_column(Integer)
     node: Mapped[str] = mapped_column(String(63))
     devices: Mapped[list[int]] = mapped_column(JSON)
+    """The devices the task is charged to (the core's cluster-level view, which the next
+    snapshot reads back)."""
     burst_device: Mapped[int | None] = mapped_column(Integer)
+    """Where a dynamic fraction that the node level spread to burst runs instead; see
+    `physical_devices`."""
     state: Mapped[str] = mapped_column(String(16))
     stop_requested_at: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[float] = mapped_column(Float)
@@ -355,3 +360,9 @@ def make_sessionmakers(engine: Engine) -> tuple[sessionmaker[Session], sessionma
         sessionmaker(engine, expire_on_commit=False),
         sessionmaker(reader, expire_on_commit=False),
     )
+
+
+def physical_devices(devices: Sequence[int], burst_device: int | None) -> tuple[int, ...]:
+    """Where a task runs: its row's charged `devices`, or its `burst_device` when the node
+    level spread it there to burst. Executors, dispatch and utilization go by this."""
+    return tuple(devices) if burst_device is None else (burst_device,)

@@ -37,7 +37,14 @@ from gpupool.core.decisions import Bind, CycleResult, Evict, EvictionCause, Move
 from gpupool.core.model import MILLI_PER_GPU, SchedulerSettings, TaskPlacement, Workload
 from gpupool.executors.base import DiscoversWorkloads, Executor, Exit, Launch, NodeInventory, Stop
 from gpupool.server import external, history, usage
-from gpupool.server.db import EventRow, NodeRow, ProjectRow, TaskRow, WorkloadRow
+from gpupool.server.db import (
+    EventRow,
+    NodeRow,
+    ProjectRow,
+    TaskRow,
+    WorkloadRow,
+    physical_devices,
+)
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.services import cluster
 from gpupool.server.snapshot import (
@@ -610,7 +617,7 @@ class SchedulingLoop:
         stopping = self._stopping()
         stops = [
             Stop(launch_id, grace, reason or "stopped")
-            for launch_id, _, _, _, _, reason, grace in stopping
+            for launch_id, _, _, _, _, _, reason, grace in stopping
             if launch_id not in self._stops_sent
         ]
         unstarted = self._end_unstarted([stop.launch_id for stop in stops])
@@ -622,12 +629,16 @@ class SchedulingLoop:
         if stops or unstarted:
             stopping = self._stopping()
         busy_devices = {
-            (node, device) for _, _, _, node, devices, _, _ in stopping for device in devices
+            (node, device)
+            for _, _, _, node, devices, burst, _, _ in stopping
+            for device in physical_devices(devices, burst)
         }
-        busy_tasks = {(workload_id, index) for _, workload_id, index, _, _, _, _ in stopping}
+        busy_tasks = {(workload_id, index) for _, workload_id, index, *_ in stopping}
         self._start_ready(busy_devices, busy_tasks)
 
-    def _stopping(self) -> Sequence[Row[str, int, int, str, list[int], str | None, int]]:
+    def _stopping(
+        self,
+    ) -> Sequence[Row[str, int, int, str, list[int], int | None, str | None, int]]:
         """Tasks asked to stop and not gone yet, with their workload's grace period."""
         with self._writer() as session, session.begin():
             return session.execute(
@@ -637,6 +648,7 @@ class SchedulingLoop:
                     TaskRow.task_index,
                     TaskRow.node,
                     TaskRow.devices,
+                    TaskRow.burst_device,
                     TaskRow.reason,
                     WorkloadRow.grace_period_s,
                 )
@@ -685,14 +697,18 @@ class SchedulingLoop:
             # the core did not see their devices, so it may have bound others there; those
             # wait, as for stopping tasks.
             unseen = session.execute(
-                select(TaskRow.node, TaskRow.devices)
+                select(TaskRow.node, TaskRow.devices, TaskRow.burst_device)
                 .join(WorkloadRow, WorkloadRow.id == TaskRow.workload_id)
                 .where(
                     TaskRow.state == TaskState.RUNNING.value,
                     WorkloadRow.status.not_in(SCHEDULED),
                 )
             ).all()
-        held = {(node, index) for node, indices in unseen for index in indices}
+        held = {
+            (node, index)
+            for node, indices, burst in unseen
+            for index in physical_devices(indices, burst)
+        }
         # Starting tasks of workloads the snapshot left out go first, and the devices they
         # take are held for the others.
         rows = sorted(rows, key=lambda row: row[1].status in SCHEDULED)
@@ -700,7 +716,7 @@ class SchedulingLoop:
         for task, workload, project, device_memory_mib in rows:
             if (workload.id, task.task_index) in busy_tasks:
                 continue
-            devices = tuple(task.devices)
+            devices = physical_devices(task.devices, task.burst_device)
             if any((task.node, d) in busy_devices for d in devices):
                 continue
             if any((task.node, d) in held for d in devices):
@@ -764,7 +780,7 @@ def _task_row(key: WorkloadKey, placement: TaskPlacement, now: float) -> dict[st
         "workload_id": key.workload_id,
         "task_index": placement.task_index,
         "node": placement.node,
-        "devices": list(placement.physical_devices),
+        "devices": list(placement.devices),
         "burst_device": placement.burst_device,
         "state": TaskState.STARTING.value,
         "created_at": now,
@@ -803,7 +819,7 @@ def _launch(task: TaskRow, workload: WorkloadRow, project: str, device_memory_mi
         workload=workload.name,
         task_index=task.task_index,
         node=task.node,
-        devices=tuple(task.devices),
+        devices=physical_devices(task.devices, task.burst_device),
         gpu_milli=per_device_milli,
         gpu_memory_mib=request.memory_mib_on(device_memory_mib),
         command=tuple(workload.command),

@@ -127,6 +127,8 @@ def build_snapshot(session: Session, now_s: float, settings: SchedulerSettings) 
         elif node not in node_names:
             lost.add(workload_id)
         else:
+            if burst is not None and tuple(devices) == (burst,):
+                burst = None  # written before rows kept the charged device: it runs there
             live[workload_id].append(TaskPlacement(task_index, node, tuple(devices), burst))
     workloads: list[Workload] = []
     keys: dict[str, WorkloadKey] = {}

@@ -13,7 +13,19 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import cast
 
-from sqlalchemy import Table, bindparam, case, delete, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Table,
+    and_,
+    bindparam,
+    case,
+    delete,
+    distinct,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from gpupool.api.schemas import TaskState, UsageOut, UsagePoint
@@ -200,13 +212,47 @@ def _key(row: UsageRow, by: str) -> str:
 
 
 def recent(session: Session, now_s: float) -> tuple[dict[str, int], dict[tuple[str, int], int]]:
-    """Utilized milli-GPU per project and utilization % per device, over the last minutes."""
-    projects = {
-        point.key: point.utilized_gpu_milli
-        for point in report(session, "project", now_s - RECENT_S, RECENT_S, None).summary
+    """Utilized milli-GPU per project and utilization % per device over the last `RECENT_S`:
+    the summaries of `report` by project and by device, summed by the database (a large
+    cluster's five minutes are thousands of rows, read on every `/top` and `/nodes`). A project
+    or device without rows is absent (unknown), never 0."""
+    since = now_s - RECENT_S
+    c = USAGE.c
+    minutes = session.scalar(
+        select(func.count(distinct(c.bucket_s))).where(c.bucket_s >= since, c.project == _DEVICE)
+    )
+    if not minutes:
+        return {}, {}
+    devices = {
+        (node, index): int(used) // minutes // 10
+        for node, index, used in session.execute(
+            select(c.node, c.device_index, func.sum(c.utilized_milli_sum // _at_least_1(c.samples)))
+            .where(c.bucket_s >= since, c.project == _DEVICE)
+            .group_by(c.node, c.device_index)
+        )
     }
-    devices: dict[tuple[str, int], int] = {}
-    for point in report(session, "device", now_s - RECENT_S, RECENT_S, None).summary:
-        node, _, index = point.key.rpartition("/")
-        devices[(node, int(index))] = point.utilized_gpu_milli // 10
+    # A workload's row is averaged over its device's samples of the minute (as in `report`).
+    device = USAGE.alias("device")
+    d = device.c
+    on_device = and_(
+        d.bucket_s == c.bucket_s,
+        d.node == c.node,
+        d.device_index == c.device_index,
+        d.project == _DEVICE,
+        d.workload == _DEVICE,
+    )
+    count = _at_least_1(func.coalesce(d.samples, c.samples))
+    projects = {
+        project: int(used) // minutes
+        for project, used in session.execute(
+            select(c.project, func.sum(c.utilized_milli_sum // count))
+            .select_from(USAGE.outerjoin(device, on_device))
+            .where(c.bucket_s >= since, c.project != _DEVICE)
+            .group_by(c.project)
+        )
+    }
     return projects, devices
+
+
+def _at_least_1(value: ColumnElement[int]) -> ColumnElement[int]:
+    return case((value < 1, 1), else_=value)

@@ -77,9 +77,8 @@ def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[ShapeKey, str
     problem = ctx.policy_problem(work, len(gang))
     if problem is not None:
         ctx.reasons[work.index] = problem
-        ask = ctx.ask(work, len(gang))
-        blocked = ctx.policy_blocked if ctx.quota_problem(work, ask) else ctx.limit_blocked
-        blocked.add(work.index)
+        if ctx.quota_problem(work, ctx.ask(work, len(gang))) is not None:
+            ctx.policy_blocked.add(work.index)
         return False
     key = shape_key(work, len(gang))
     if work.spec.gpu.kind is GpuRequestKind.MEMORY:

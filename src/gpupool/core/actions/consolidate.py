@@ -1,24 +1,41 @@
-"""Consolidate: move preemptible, movable work so that a pending whole-GPU workload fits.
+"""Consolidate: move preemptible, movable work so that a pending workload fits.
 
-Only for pending work whose GPUs are idle in total but not where it needs them (e.g. 2 GPUs on
-one node while two nodes have 1 free each). For a task that fits nowhere, the nodes with the
-most empty devices are tried: movable tasks there are taken in victim order until the node has
-room, each of them must find a new place elsewhere *now*, and only then is anything moved. A
-move is a restart elsewhere, not a return to pending. Work that is not `movable` (a pod bound by
-Kubernetes) is never moved. Only nodes that admit the pending workload (selector, taints) are
-freed, and movers go only where they are admitted. Bounded: a few attempts per cycle, a few
-moves per attempt.
+For pending work whose GPUs are idle in total but not where it needs them: 2 GPUs on one node
+while two nodes have 1 free each, a whole GPU while two devices are half used, 0.75 of a device
+while every device has 0.5 free. For a task that fits nowhere, a few candidate places are tried:
+for whole GPUs a node (the nodes with the most empty devices first, then those whose shared
+devices have the most room), for a fraction or a memory request one shared device (the most free
+first). There, the devices that only movable work occupies are emptied (or the device is freed
+as far as needed), movers taken in victim order; the pending task is placed, and every mover is
+put back where it was if there is still room, else placed anew *now*: a whole-GPU mover on
+another node, a fractional or memory mover on any device where it fits, the same node included
+(several small jobs packed onto one device to free a whole one). Only when all of it works out
+is anything moved. Of the candidates, the one whose movers come earliest in victim order wins
+(G10's order decides which work moves), then the one with the fewest moves.
+
+A move is a restart elsewhere, not a return to pending. Work that is not `movable` (a pod bound
+by Kubernetes) is never moved. Only places that admit the pending workload (selector, taints)
+are freed, and movers go only where they are admitted. Bounded: a few attempts per cycle, a few
+moves per attempt, a few candidate places per task.
 """
 
 from __future__ import annotations
 
-from gpupool.core.actions.victims import can_be_victim, victim_units
+from gpupool.core.actions.victims import can_be_victim, fits_back, victim_units
 from gpupool.core.context import CycleContext
 from gpupool.core.decisions import Move, MoveCause
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind
 from gpupool.core.session import Statement, TaskAlloc, WorkRecord, WorkState
 
-_CANDIDATE_NODES = 8
+_CANDIDATES = 8
+"""Candidate places (nodes, or devices for a shared request) tried per task."""
+_DEVICES_EXAMINED = 64
+"""Shared devices looked at, at most, to find those candidates."""
+
+Mover = tuple[int, WorkRecord, int]
+"""(rank in victim order, workload, task index): first to move first."""
+Slot = tuple[int, int | None]
+"""Where room is made: (node, None) for whole GPUs, (node, device) for a shared request."""
 
 
 def consolidate(ctx: CycleContext) -> None:
@@ -26,47 +43,43 @@ def consolidate(ctx: CycleContext) -> None:
     budget = session.settings.max_consolidation_attempts_per_cycle
     if budget <= 0:
         return
-    tasks_on_node: dict[int, list[tuple[int, WorkRecord, int]]] | None = None
+    movers: dict[tuple[int, int], list[Mover]] | None = None
     for work in [w for w in session.works if w.state is WorkState.PENDING]:
         if budget <= 0:
             return
-        spec = work.spec
-        if spec.gpu.kind is not GpuRequestKind.WHOLE:
-            continue
         gang, extras = ctx.tasks_to_start(work)
         if not gang or ctx.policy_problem(work, len(gang)) is not None:
             continue
-        if spec.gpu.amount * len(gang) * MILLI_PER_GPU > session.idle_gpu_milli:
+        if work.task_gpu_milli * len(gang) > session.idle_gpu_milli:
             continue
         budget -= 1
-        if tasks_on_node is None:
-            tasks_on_node = _movable_tasks_by_node(ctx)
+        if movers is None:
+            movers = _movers_by_device(ctx)
         statement = Statement(session)
         moves: list[Move] = []
-        if _place_with_moves(ctx, statement, work, gang, tasks_on_node, moves) and (
+        if _place_with_moves(ctx, statement, work, gang, movers, moves) and (
             ctx.holds_within_policy(work)
         ):
             statement.commit()
             for move in moves:
                 ctx.add_move(move)
-            ctx.mark_started(work, "fits after moving work to other nodes (consolidation)")
+            ctx.mark_started(work, "fits after moving other work (consolidation)")
             ctx.place_extras(work, extras)
         else:
             statement.rollback()
 
 
-def _movable_tasks_by_node(
-    ctx: CycleContext,
-) -> dict[int, list[tuple[int, WorkRecord, int]]]:
-    """Tasks that may move, per node, as (rank in victim order, work, task), first to move first."""
+def _movers_by_device(ctx: CycleContext) -> dict[tuple[int, int], list[Mover]]:
+    """Tasks that may move, per (node, device) they are charged to, first to move first."""
     session = ctx.session
     movable = [w for w in session.works if w.spec.movable and can_be_victim(session, w)]
     movable.sort(key=lambda w: victim_units(w)[-1].order)
-    by_node: dict[int, list[tuple[int, WorkRecord, int]]] = {}
+    by_device: dict[tuple[int, int], list[Mover]] = {}
     for rank, work in enumerate(movable):
         for task, alloc in sorted(work.allocs.items()):
-            by_node.setdefault(alloc.node, []).append((rank, work, task))
-    return by_node
+            for device in alloc.devices:
+                by_device.setdefault((alloc.node, device), []).append((rank, work, task))
+    return by_device
 
 
 def _place_with_moves(
@@ -74,114 +87,218 @@ def _place_with_moves(
     statement: Statement,
     work: WorkRecord,
     gang: list[int],
-    tasks_on_node: dict[int, list[tuple[int, WorkRecord, int]]],
+    movers: dict[tuple[int, int], list[Mover]],
     moves: list[Move],
 ) -> bool:
-    """Place each task of `gang`, making room on one node by moves where it fits nowhere.
-
-    Every candidate node is tried; the one whose movers come earliest in victim order wins
-    (G10's order decides which work moves), ties to the roomier node.
-    """
+    """Place each task of `gang`, making room by moves where it fits nowhere."""
     session = ctx.session
     for task in gang:
-        alloc = ctx.placer.find(work.spec, task)
+        alloc = ctx.placer.find(work.spec, task, None, _headroom(ctx, work))
         if alloc is not None:
             statement.place(work, alloc)
             continue
-        best: tuple[int, int] | None = None
-        for node in _roomiest_nodes(ctx, work):
+        best: tuple[tuple[int, int], Slot] | None = None
+        for slot in _candidate_slots(ctx, work, movers):
             attempt = Statement(session, parent=statement)
-            latest = _try_node(ctx, attempt, work, task, node, tasks_on_node, len(moves))
+            cost = _try_slot(ctx, attempt, work, task, slot, movers, len(moves))
             attempt.rollback()
-            if latest is not None and (best is None or latest < best[0]):
-                best = (latest, node)
+            if cost is not None and (best is None or cost < best[0]):
+                best = (cost, slot)
         if best is None:
             return False
         attempt = Statement(session, parent=statement)
-        removed: list[tuple[WorkRecord, TaskAlloc]] = []
-        new_places: list[TaskAlloc] = []
-        _try_node(ctx, attempt, work, task, best[1], tasks_on_node, len(moves), removed, new_places)
+        changed: list[tuple[WorkRecord, TaskAlloc, TaskAlloc]] = []
+        _try_slot(ctx, attempt, work, task, best[1], movers, len(moves), changed)
         attempt.commit()
-        node_name = session.nodes[best[1]].name
-        for (mover, old), new in zip(removed, new_places, strict=True):
+        target = session.nodes[best[1][0]].name
+        for mover, old, new in changed:
             moves.append(
                 Move(
                     workload=mover.name,
                     cause=MoveCause.CONSOLIDATE,
                     source=session.to_placement(old),
                     target=session.to_placement(new),
-                    reason=f"moved so that {work.name} fits on {node_name}",
+                    reason=f"moved so that {work.name} fits on {target}",
                 )
             )
     return True
 
 
-def _try_node(
+def _headroom(ctx: CycleContext, work: WorkRecord) -> int | None:
+    return None if work.spec.gpu.kind is not GpuRequestKind.MEMORY else ctx.gpu_headroom(work)
+
+
+def _current(mover: Mover, node: int, device: int) -> TaskAlloc | None:
+    """The mover's task if it is still placed on (node, device) (earlier attempts of this cycle
+    may have moved or evicted it)."""
+    _rank, work, task = mover
+    alloc = work.allocs.get(task) if work.state is WorkState.RUNNING else None
+    if alloc is None or alloc.node != node or device not in alloc.devices:
+        return None
+    return alloc
+
+
+def _candidate_slots(
+    ctx: CycleContext, work: WorkRecord, movers: dict[tuple[int, int], list[Mover]]
+) -> list[Slot]:
+    session = ctx.session
+    admitted = ctx.placer.admitted_nodes(work.spec)
+    spec = work.spec
+    slots: dict[Slot, None] = {}
+    if spec.gpu.kind is GpuRequestKind.WHOLE:
+        for count in range(session.max_gpus_per_node, 0, -1):
+            for node in session.nodes_by_empty[count]:
+                if session.nodes[node].gpu_count >= spec.gpu.amount and (
+                    admitted is None or node in admitted
+                ):
+                    slots[(node, None)] = None
+                    if len(slots) >= _CANDIDATES:
+                        return list(slots)
+    examined = 0
+    for free in reversed(session.shared_free_keys):
+        for node, device in session.shared_by_free[free]:
+            examined += 1
+            if examined > _DEVICES_EXAMINED:
+                return list(slots)
+            if (node, device) not in movers or (admitted is not None and node not in admitted):
+                continue
+            if spec.gpu.kind is GpuRequestKind.WHOLE:
+                if session.nodes[node].gpu_count < spec.gpu.amount:
+                    continue
+                slots[(node, None)] = None
+            else:
+                slots[(node, device)] = None
+            if len(slots) >= _CANDIDATES:
+                return list(slots)
+    if spec.gpu.kind is GpuRequestKind.WHOLE:
+        for node in session.nodes_by_empty[0]:
+            if session.nodes[node].gpu_count >= spec.gpu.amount and (
+                admitted is None or node in admitted
+            ):
+                slots[(node, None)] = None
+                if len(slots) >= _CANDIDATES:
+                    break
+    return list(slots)
+
+
+def _try_slot(
     ctx: CycleContext,
     attempt: Statement,
     work: WorkRecord,
     task: int,
-    node: int,
-    tasks_on_node: dict[int, list[tuple[int, WorkRecord, int]]],
+    slot: Slot,
+    movers: dict[tuple[int, int], list[Mover]],
     moves_so_far: int,
-    removed: list[tuple[WorkRecord, TaskAlloc]] | None = None,
-    new_places: list[TaskAlloc] | None = None,
-) -> int | None:
-    """Free `node` by moving its movable tasks in victim order, place `task` there and the movers
-    elsewhere, inside `attempt`. Returns the victim rank of the last mover needed (-1 if none),
-    or None when it does not work out."""
+    changed: list[tuple[WorkRecord, TaskAlloc, TaskAlloc]] | None = None,
+) -> tuple[int, int] | None:
+    """Make room at `slot` by taking movers off it, place `task` there and the movers back or
+    elsewhere, inside `attempt`. Returns (victim rank of the last mover that moves, number of
+    moves), or None when it does not work out within the bounds."""
     session = ctx.session
-    needed = work.spec.gpu.amount
-    max_moves = session.settings.max_moves_per_consolidation
-    removed = [] if removed is None else removed
-    latest = -1
-    for rank, mover, mover_task in tasks_on_node.get(node, []):
-        if session.empty_count[node] >= needed or moves_so_far + len(removed) >= max_moves:
-            break
-        if mover.state is not WorkState.RUNNING or mover_task not in mover.allocs:
-            continue
-        removed.append((mover, attempt.remove(mover, mover_task)))
-        latest = rank
-    if session.empty_count[node] < needed:
+    node, device = slot
+    allowed = session.settings.max_moves_per_consolidation - moves_so_far
+    if device is None:
+        removed = _empty_devices(ctx, attempt, work, node, movers, allowed)
+    else:
+        removed = _free_device(ctx, attempt, work, node, device, movers, allowed)
+    if removed is None:
         return None
-    target = ctx.placer.find(work.spec, task)
+    target = ctx.placer.find(work.spec, task, None, _headroom(ctx, work))
     if target is None or target.node != node:
         return None
-    attempt.place(work, target)
-    placed = _replace_elsewhere(ctx, attempt, removed, node)
-    if placed is None:
+    if device is not None and target.devices != (device,):
         return None
-    if new_places is not None:
-        new_places.extend(placed)
-    return latest
-
-
-def _roomiest_nodes(ctx: CycleContext, work: WorkRecord) -> list[int]:
-    session = ctx.session
-    admitted = ctx.placer.admitted_nodes(work.spec)
-    nodes: list[int] = []
-    for count in range(session.max_gpus_per_node, -1, -1):
-        for node in session.nodes_by_empty[count]:
-            if session.nodes[node].gpu_count >= work.spec.gpu.amount and (
-                admitted is None or node in admitted
-            ):
-                nodes.append(node)
-                if len(nodes) >= _CANDIDATE_NODES:
-                    return nodes
-    return nodes
-
-
-def _replace_elsewhere(
-    ctx: CycleContext,
-    statement: Statement,
-    removed: list[tuple[WorkRecord, TaskAlloc]],
-    node: int,
-) -> list[TaskAlloc] | None:
-    placed: list[TaskAlloc] = []
-    for mover, old in removed:
-        new = ctx.placer.find(mover.spec, old.task_index, excluded=node)
+    attempt.place(work, target)
+    # Put back whatever still fits where it was, the last taken first; move the rest.
+    staying: set[int] = set()
+    for position in range(len(removed) - 1, -1, -1):
+        _rank, mover, old = removed[position]
+        if fits_back(session, mover, old):
+            attempt.place(mover, old)
+            staying.add(position)
+    latest = -1
+    moved = 0
+    for position, (rank, mover, old) in enumerate(removed):
+        if position in staying:
+            continue
+        excluded = node if mover.spec.gpu.kind is GpuRequestKind.WHOLE else None
+        new = ctx.placer.find(mover.spec, old.task_index, excluded, _headroom(ctx, mover))
         if new is None:
             return None
-        statement.place(mover, new)
-        placed.append(new)
-    return placed
+        attempt.place(mover, new)
+        if new.milli_per_device > old.milli_per_device and not ctx.holds_within_policy(mover):
+            return None  # a memory request charged more on a smaller device
+        moved += 1
+        latest = max(latest, rank)
+        if changed is not None:
+            changed.append((mover, old, new))
+    return latest, moved
+
+
+def _empty_devices(
+    ctx: CycleContext,
+    attempt: Statement,
+    work: WorkRecord,
+    node: int,
+    movers: dict[tuple[int, int], list[Mover]],
+    allowed: int,
+) -> list[tuple[int, WorkRecord, TaskAlloc]] | None:
+    """Empty devices of `node` until it has the empty devices a task of `work` needs: those
+    that only movable work occupies, the ones whose movers come first in victim order first."""
+    session = ctx.session
+    needed = work.spec.gpu.amount
+    used = session.device_used[node]
+    options: list[tuple[tuple[int, int], int, list[Mover]]] = []
+    for device in range(session.nodes[node].gpu_count):
+        if used[device] == 0:
+            continue
+        here = [m for m in movers.get((node, device), []) if _current(m, node, device)]
+        if sum(m[1].allocs[m[2]].milli_per_device for m in here) != used[device]:
+            continue  # something that may not move is charged here too
+        options.append(((max(m[0] for m in here), len(here)), device, here))
+    options.sort(key=lambda option: (option[0], option[1]))
+    removed: list[tuple[int, WorkRecord, TaskAlloc]] = []
+    for _key, _device, here in options:
+        if session.empty_count[node] >= needed:
+            break
+        for rank, mover, task in here:
+            if task not in mover.allocs:
+                continue  # a task on several devices, taken off with an earlier one
+            if len(removed) >= allowed:
+                return None
+            removed.append((rank, mover, attempt.remove(mover, task)))
+    return removed if session.empty_count[node] >= needed else None
+
+
+def _free_device(
+    ctx: CycleContext,
+    attempt: Statement,
+    work: WorkRecord,
+    node: int,
+    device: int,
+    movers: dict[tuple[int, int], list[Mover]],
+    allowed: int,
+) -> list[tuple[int, WorkRecord, TaskAlloc]] | None:
+    """Take movers off one shared device, in victim order, until a task of `work` fits there."""
+    session = ctx.session
+    device_memory = session.nodes[node].gpu_memory_mib
+    milli = work.spec.gpu.milli_on(device_memory)
+    memory = work.spec.gpu.memory_mib_on(device_memory)
+
+    def fits() -> bool:
+        return (
+            session.device_used[node][device] + milli <= MILLI_PER_GPU
+            and session.device_memory_used[node][device] + memory <= device_memory
+        )
+
+    removed: list[tuple[int, WorkRecord, TaskAlloc]] = []
+    for mover in movers.get((node, device), []):
+        if fits():
+            break
+        if _current(mover, node, device) is None:
+            continue
+        if len(removed) >= allowed:
+            return None
+        rank, work_moved, task = mover
+        removed.append((rank, work_moved, attempt.remove(work_moved, task)))
+    return removed if fits() else None

@@ -4,7 +4,16 @@ Reclaim takes preemptible work of *other* projects. Each eviction must be justif
 level of the project tree below the point where the two projects' paths part, in one of two ways:
 (a) fairness: the victim's side holds more than its fair share, and the reclaimer's side does not
 end above its own fair share; (b) guarantee: the same with quota instead of fair share. The
-reclaimer's guard is what prevents ping-pong.
+reclaimer's guard is what prevents ping-pong. Victims justified by (a) are tried first, and (b)
+only if they do not make the work fit: a project taken below its fair share would reclaim in
+turn, one eviction more a cycle later. One reclaim may take victims of several projects, in any
+departments, as the victim order and the justifications allow.
+
+A limit is not capacity: work held back by a department's limit may still reclaim, but only from
+the department's other projects (evicting them is what lowers the department's holding), under
+the same justifications (a higher-priority sibling is deserved more of the department's share).
+Work held back by its own project's limit reclaims nothing; only its own lower-priority work may
+make room (preempt).
 
 Preempt takes lower-priority preemptible work of the *same* project; priority never crosses
 projects.
@@ -28,15 +37,12 @@ _FAIR, _QUOTA = 0, 1
 _NOTHING_TO_RECLAIM = "no over-quota work of other projects can be reclaimed to make it fit"
 
 
-def _pending_in_order(ctx: CycleContext, within_project: bool = False) -> list[WorkRecord]:
-    """Pending work that evictions could help, in reclaim order. Work held back by a limit is
-    left out unless the evictions are `within_project` (preempt frees the project's own)."""
+def _pending_in_order(ctx: CycleContext) -> list[WorkRecord]:
+    """Pending work that evictions could help (G3 holds none of it back), in reclaim order."""
     pending = [
         w
         for w in ctx.session.works
-        if w.state is WorkState.PENDING
-        and w.index not in ctx.policy_blocked
-        and (within_project or w.index not in ctx.limit_blocked)
+        if w.state is WorkState.PENDING and w.index not in ctx.policy_blocked
     ]
     pending.sort(
         key=lambda w: (
@@ -72,14 +78,23 @@ def reclaim(ctx: CycleContext) -> None:
         gang, extras = ctx.tasks_to_start(work)
         if not gang:
             continue
+        ask = ctx.ask(work, len(gang))
+        if ctx.quota_problem(work, ask) is not None:
+            continue
+        # A limit is lifted only by evicting work below it: at the project's own limit, only
+        # its own work (preempt); at a department's, the work of the department's projects.
+        over = ctx.over_limit(work, ask)
+        if work.project in over:
+            continue
+        scope = over[-1] if over else None
         leaf = session.projects[work.project]
-        ask_gpu = work.task_gpu_milli * len(gang)
+        ask_gpu = ask.gpu_milli
         after = leaf.holding[GPU] + ask_gpu
         if after > leaf.fair_share[GPU] and after > leaf.spec.quota.gpu_milli:
             _explain_no_reclaim(ctx, work, leaf, ask_gpu)
             continue
         key = (work.project, shape_key(work, len(gang)))
-        if key in failed or ctx.policy_problem(work, len(gang)) is not None:
+        if key in failed:
             continue
         if budget <= 0:
             _append_reason(ctx, work, "reclaim is bounded per cycle; it will be tried again")
@@ -90,34 +105,61 @@ def reclaim(ctx: CycleContext) -> None:
             victim_projects = sorted({u.work.project for u in victims})
         path = session.project_path(work)
         guards = _reclaimer_guards(ctx, work, ask_gpu)
-        eligible = {
+        inside = [
             p
             for p in victim_projects
-            if p != work.project and _justify(ctx, p, work, path, guards) is not None
-        }
-        if not eligible:
+            if p != work.project and (scope is None or scope in session.projects[p].ancestors)
+        ]
+        nothing = _NOTHING_TO_RECLAIM if scope is None else _nothing_below(ctx, scope)
+        if _reclaim_for(ctx, work, gang, victims, inside, path, guards):
+            ctx.place_extras(work, extras)
+        else:
             failed.add(key)
-            _append_reason(ctx, work, _NOTHING_TO_RECLAIM)
-            continue
+            _append_reason(ctx, work, nothing)
+
+
+def _reclaim_for(
+    ctx: CycleContext,
+    work: WorkRecord,
+    gang: list[int],
+    victims: list[VictimUnit],
+    projects: list[int],
+    path: tuple[int, ...],
+    guards: dict[int, set[int]],
+) -> bool:
+    """Evict victims of `projects` to start `gang`: first only what G4's fairness bar
+    justifies, so that no victim's project goes below its fair share and reclaims in turn (an
+    eviction more, a cycle later); only if that does not make it fit, also what the quota bar
+    justifies (a quota is a guarantee even where fairness alone cannot make room)."""
+    options: tuple[tuple[int, ...], ...] = ((_FAIR,), (_FAIR, _QUOTA))
+    passes = [
+        kinds
+        for kinds in options
+        if any(_justify(ctx, p, work, path, guards, kinds[-1:]) is not None for p in projects)
+    ]
+    for kinds in passes:
+        eligible = {p for p in projects if _justify(ctx, p, work, path, guards, kinds)}
         # Victims evicted earlier in this cycle are passed over here rather than counted
         # against the per-attempt bound on candidates examined.
         candidates = (
             u for u in victims if u.work.project in eligible and u.work.state is WorkState.RUNNING
         )
 
-        def justify(
-            victim: WorkRecord,
-            path: tuple[int, ...] = path,
-            work: WorkRecord = work,
-            guards: dict[int, set[int]] = guards,
-        ) -> str | None:
-            return _justify(ctx, victim.project, work, path, guards)
+        def justify(victim: WorkRecord, kinds: tuple[int, ...] = kinds) -> str | None:
+            return _justify(ctx, victim.project, work, path, guards, kinds)
 
         if evict_to_place(ctx, work, gang, candidates, justify, EvictionCause.RECLAIM):
-            ctx.place_extras(work, extras)
-        else:
-            failed.add(key)
-            _append_reason(ctx, work, _NOTHING_TO_RECLAIM)
+            return True
+    return False
+
+
+def _nothing_below(ctx: CycleContext, department: int) -> str:
+    name = ctx.session.projects[department].name
+    return (
+        f"no work of the other projects of department {name} can be reclaimed to make room"
+        " under its limit (only preemptible work past its min runtime, of a project above its"
+        " fair share or quota)"
+    )
 
 
 def _reclaim_candidates(ctx: CycleContext) -> list[VictimUnit]:
@@ -144,6 +186,7 @@ def _justify(
     work: WorkRecord,
     reclaimer_path: tuple[int, ...],
     guards: dict[int, set[int]],
+    kinds: tuple[int, ...] = (_FAIR, _QUOTA),
 ) -> str | None:
     session = ctx.session
     victim_path = session.projects[victim_project].ancestors
@@ -154,7 +197,7 @@ def _justify(
         and victim_path[split] == reclaimer_path[split]
     ):
         split += 1
-    for kind in (_FAIR, _QUOTA):
+    for kind in kinds:
         if all(kind in guards[p] for p in reclaimer_path[split:]) and all(
             session.projects[p].holding[GPU] > _bar(session.projects[p], kind)
             for p in victim_path[split:]
@@ -199,7 +242,7 @@ def preempt(ctx: CycleContext) -> None:
     budget = session.settings.max_reclaim_attempts_per_cycle
     failed: set[tuple[int, int, ShapeKey]] = set()
     by_project: dict[int, tuple[list[VictimUnit], list[int]]] | None = None
-    for work in _pending_in_order(ctx, within_project=True):
+    for work in _pending_in_order(ctx):
         if budget <= 0:
             return
         gang, extras = ctx.tasks_to_start(work)

@@ -107,6 +107,7 @@ def evict_to_place(
         attempt.rollback()
         if fits:
             _restore_unneeded(ctx, statement, evicted, work, gang)
+            _replay(statement, evicted, justify)
             final = Statement(session, parent=statement)
             if _place_within_policy(ctx, final, work, gang):
                 final.commit()
@@ -151,7 +152,7 @@ def _restore_unneeded(
             continue
         restored: list[TaskAlloc] = []
         for alloc in item.allocs:
-            if not _fits_back(session, victim, alloc):
+            if not fits_back(session, victim, alloc):
                 break
             statement.place(victim, alloc)
             restored.append(alloc)
@@ -169,7 +170,23 @@ def _restore_unneeded(
     evicted[:] = [item for item in evicted if item.allocs]
 
 
-def _fits_back(session: Session, work: WorkRecord, alloc: TaskAlloc) -> bool:
+def _replay(statement: Statement, evicted: list[_Evicted], justify: Justify) -> None:
+    """Evict again, from the start, only the victims that stay, so that each reason says what
+    held just before that eviction (a victim put back no longer counts). Each still holds:
+    with fewer victims out, every project holds at least what it held when it was checked."""
+    for item in evicted:
+        item.unit.work.state = WorkState.RUNNING
+    statement.rollback()
+    for item in evicted:
+        victim = item.unit.work
+        item.reason = justify(victim) or item.reason
+        item.allocs = [statement.remove(victim, alloc.task_index) for alloc in item.allocs]
+        if not victim.allocs:
+            victim.state = WorkState.EVICTED
+
+
+def fits_back(session: Session, work: WorkRecord, alloc: TaskAlloc) -> bool:
+    """Whether `alloc` of `work` fits again where it was, as things stand in `session`."""
     node = alloc.node
     device_memory = session.nodes[node].gpu_memory_mib
     for device in alloc.devices:

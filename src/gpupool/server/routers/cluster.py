@@ -9,6 +9,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 import gpupool
 from gpupool.api.schemas import (
     Health,
+    NamesOut,
     NodeIn,
     NodeOut,
     ProjectsIn,
@@ -51,6 +52,13 @@ def list_nodes(state: State, caller: Caller) -> list[NodeOut]:
     with state.read() as session:
         _, devices = usage.recent(session, state.clock.now_s())
         return cluster.nodes(session, device_utilization=devices, viewer=caller)
+
+
+@api.get("/names", tags=["nodes", "projects"])
+def list_names(state: State, caller: Caller) -> NamesOut:
+    """Every project's and node's name, nothing else: for a page's filters and colours."""
+    with state.read() as session:
+        return cluster.names(session)
 
 
 @api.get("/nodes/{name}", tags=["nodes"])

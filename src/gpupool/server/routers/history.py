@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from gpupool.api.schemas import DeviceHistoryOut, HistoryOut, HistoryRange
+from gpupool.api.schemas import DeviceHistoryOut, HistoryOut, HistoryRange, ProjectSeries
 from gpupool.server.errors import ERROR_RESPONSES
 from gpupool.server.history import Bucket, read_with_unwritten
 from gpupool.server.services import history
@@ -31,17 +31,25 @@ def get_history(
     range_: RangeQuery = HistoryRange.DAY,
     start: StartQuery = None,
     end: EndQuery = None,
+    project_series: Annotated[
+        list[ProjectSeries] | None,
+        Query(
+            description="Each project's series to answer (repeat the parameter; default all "
+            "three); the others are null. A chart of allocation alone asks for `allocated`."
+        ),
+    ] = None,
 ) -> HistoryOut:
     """The cluster's capacity, allocation, utilization and pending work, and each project's
-    allocation, utilization and demand, averaged per step (at most about 720 points). A
+    allocation, utilization and demand, averaged per step (at most about 360 points). A
     researcher sees their projects by name and every other project summed into one series,
     "other projects"."""
     now = state.clock.now_s()
     window = history.window(range_, start, end, now)
+    series = frozenset(project_series) if project_series else history.ALL_SERIES
 
     def read(unwritten: list[Bucket]) -> HistoryOut:
         with state.read() as session:
-            return history.history(session, window, now, caller, unwritten)
+            return history.history(session, window, now, caller, unwritten, series)
 
     return read_with_unwritten(state.loop.history, read, devices=False)
 

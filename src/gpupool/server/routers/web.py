@@ -89,12 +89,13 @@ def _serve(request: Request, path: str) -> Response:
     return Response(body, media_type=asset.content_type, headers=headers)
 
 
+# `async`: an answer from memory needs no worker thread (a page load asks for a dozen files).
 @router.api_route("/", methods=["GET", "HEAD"])
-def page(request: Request) -> Response:
+async def page(request: Request) -> Response:
     """The dashboard (one page; its views are `#/overview`, `#/workloads`, ...)."""
     return _serve(request, "/")
 
 
 @router.api_route("/static/{path:path}", methods=["GET", "HEAD"])
-def static(path: str, request: Request) -> Response:
+async def static(path: str, request: Request) -> Response:
     return _serve(request, "/static/" + path)

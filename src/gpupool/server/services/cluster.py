@@ -6,12 +6,13 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import Row, delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from gpupool.api.schemas import (
     DeviceOut,
     DeviceShare,
+    NamesOut,
     NodeIn,
     NodeOut,
     NodeTop,
@@ -24,7 +25,14 @@ from gpupool.core.decisions import ProjectShare
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.executors.base import DeviceInfo, NodeInventory
 from gpupool.server.auth import Principal
-from gpupool.server.db import DeviceRow, NodeRow, ProjectRow, TaskRow, WorkloadRow
+from gpupool.server.db import (
+    DeviceRow,
+    NodeRow,
+    ProjectRow,
+    TaskRow,
+    WorkloadRow,
+    physical_devices,
+)
 from gpupool.server.errors import not_found
 from gpupool.server.snapshot import core_name, gpu_request
 
@@ -101,6 +109,7 @@ def charges(session: Session, states: tuple[str, ...] = _HOLDING) -> list[Charge
         select(
             TaskRow.node,
             TaskRow.devices,
+            TaskRow.burst_device,
             WorkloadRow.name,
             WorkloadRow.gpu_kind,
             WorkloadRow.gpu_amount,
@@ -120,8 +129,8 @@ def charges(session: Session, states: tuple[str, ...] = _HOLDING) -> list[Charge
             workload,
             min(MILLI_PER_GPU, gpu_request(kind, amount, None).milli_on(memory_mib)),
         )
-        for node, devices, workload, kind, amount, project, memory_mib in rows
-        for device in devices
+        for node, devices, burst, workload, kind, amount, project, memory_mib in rows
+        for device in physical_devices(devices, burst)
     ]
 
 
@@ -161,18 +170,30 @@ def nodes(
     name: str | None = None,
     device_utilization: Mapping[tuple[str, int], int] | None = None,
     viewer: Principal | None = None,
+    allocations: Shares | None = None,
 ) -> list[NodeOut]:
-    """Nodes with their devices and who holds them; `viewer` (None: all) limits the names."""
+    """Nodes with their devices and who holds them; `viewer` (None: all) limits the names.
+    `allocations`: what `_allocations` read already (else it is read here)."""
     query = select(NodeRow).order_by(NodeRow.name)
     if name is not None:
         query = query.where(NodeRow.name == name)
     rows = session.scalars(query).all()
     if name is not None and not rows:
         raise not_found("node", name, "list nodes with gpupool nodes")
-    per_device, _ = _allocations(session)
-    devices: dict[int, list[DeviceRow]] = defaultdict(list)
-    for device in session.scalars(select(DeviceRow).order_by(DeviceRow.device_index)):
+    per_device = allocations if allocations is not None else _allocations(session)[0]
+    # Columns, not objects: a large cluster has thousands of devices, read on every /nodes.
+    devices: dict[int, list[Row[int, int, str | None, str | None, int]]] = defaultdict(list)
+    for device in session.execute(
+        select(
+            DeviceRow.node_id,
+            DeviceRow.device_index,
+            DeviceRow.uuid,
+            DeviceRow.model,
+            DeviceRow.memory_mib,
+        ).order_by(DeviceRow.device_index)
+    ):
         devices[device.node_id].append(device)
+    utilization = device_utilization or {}
     out = []
     for row in rows:
         device_views = []
@@ -188,7 +209,7 @@ def nodes(
                     allocated_milli=sum(held.values()),
                     workloads=names,
                     shares=shares,
-                    utilization_percent=(device_utilization or {}).get((row.name, d.device_index)),
+                    utilization_percent=utilization.get((row.name, d.device_index)),
                 )
             )
         out.append(
@@ -219,23 +240,28 @@ def top(
     device_utilization: Mapping[tuple[str, int], int] | None = None,
     viewer: Principal | None = None,
 ) -> TopOut:
-    node_views = nodes(session, device_utilization=device_utilization, viewer=viewer)
-    _, per_project = _allocations(session)
+    per_device, per_project = _allocations(session)
+    node_views = nodes(
+        session, device_utilization=device_utilization, viewer=viewer, allocations=per_device
+    )
     counts: dict[tuple[str, str], int] = defaultdict(int)
     requested: dict[str, int] = defaultdict(int)
-    for project, status, kind, amount, tasks in session.execute(
-        select(
-            ProjectRow.name,
-            WorkloadRow.status,
-            WorkloadRow.gpu_kind,
-            WorkloadRow.gpu_amount,
-            WorkloadRow.tasks,
-        )
+    # Counted per request shape by the database: thousands of pending workloads, few shapes.
+    shape = (
+        ProjectRow.name,
+        WorkloadRow.status,
+        WorkloadRow.gpu_kind,
+        WorkloadRow.gpu_amount,
+        WorkloadRow.tasks,
+    )
+    for project, status, kind, amount, tasks, count in session.execute(
+        select(*shape, func.count())
         .join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
         .where(WorkloadRow.status.in_((WorkloadStatus.PENDING.value, WorkloadStatus.RUNNING.value)))
+        .group_by(*shape)
     ):
-        counts[(project, status)] += 1
-        requested[project] += gpu_request(kind, amount, None).milli_on(81920) * tasks
+        counts[(project, status)] += count
+        requested[project] += gpu_request(kind, amount, None).milli_on(81920) * tasks * count
     projects = [
         ProjectTop(
             name=row.name,
@@ -274,4 +300,15 @@ def top(
         ],
         last_cycle_at=last_cycle_at,
         last_cycle_ms=last_cycle_ms,
+    )
+
+
+def names(session: Session) -> NamesOut:
+    """Every project's and node's name."""
+    projects = session.scalars(
+        select(ProjectRow.name).where(ProjectRow.is_department.is_(False)).order_by(ProjectRow.name)
+    )
+    return NamesOut(
+        projects=list(projects),
+        nodes=list(session.scalars(select(NodeRow.name).order_by(NodeRow.name))),
     )

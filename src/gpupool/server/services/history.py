@@ -2,9 +2,9 @@
 
 Short spans (up to two days, still within the minute rows' week) read the per-minute rows,
 longer ones the hourly rows; several buckets are averaged into one step so that a chart gets at
-most `MAX_POINTS` points. The minutes the recorder has not written yet are added in, so charts
-reach up to now. Every query is a range on (`resolution_s`, `bucket_s`), the leading columns of
-each table's unique index.
+most about `MAX_POINTS` points (24 hours: a point per 4 minutes; 30 days: per 2 hours). The
+minutes the recorder has not written yet are added in, so charts reach up to now. Every query
+is a range on (`resolution_s`, `bucket_s`), the leading columns of each table's unique index.
 
 Averages follow the store's sums: allocation over all samples, utilization over the samples
 where it was known (unknown stays null, never 0).
@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Integer, cast, func, select
+from sqlalchemy import ColumnElement, Integer, cast, func, literal, select
 from sqlalchemy.orm import Session
 
 from gpupool.api.schemas import (
@@ -25,6 +25,7 @@ from gpupool.api.schemas import (
     HistoryOut,
     HistoryRange,
     HistorySeries,
+    ProjectSeries,
 )
 from gpupool.server.auth import Principal
 from gpupool.server.db import ProjectRow
@@ -41,7 +42,10 @@ from gpupool.server.history import (
     bucket_of,
 )
 
-MAX_POINTS = 720
+MAX_POINTS = 360
+"""A 1,200-pixel chart then draws a point every 3 pixels or more: finer steps look the same and
+cost the server, the network and the browser twice as much (a month of 50 projects is 18,000
+points per series)."""
 MINUTE_ROWS_UP_TO_S = 2 * 86_400
 MAX_SPAN_S = 366 * 86_400
 OTHER = "other projects"
@@ -130,43 +134,57 @@ def _step_index(session: Session, w: Window) -> ColumnElement[int]:
     return cast(offset, Integer)  # SQLite truncates, the floor of a value >= 0
 
 
+ALL_SERIES = frozenset(ProjectSeries)
+
+Totals = tuple[int, int, int, int, int]
+"""A project's sums over one step: samples, allocated, utilized, utilized samples, requested.
+Plain tuples: a month of 50 projects is 18,000 of them, read on every load of a chart."""
+
+
 def _projects(
-    session: Session, w: Window, unwritten: Sequence[Bucket]
-) -> dict[int, list[Sums | None]]:
-    """Each project's sums per step."""
+    session: Session,
+    w: Window,
+    unwritten: Sequence[Bucket],
+    series: frozenset[ProjectSeries] = ALL_SERIES,
+) -> dict[int, list[Totals | None]]:
+    """Each project's sums per step (0 for the sums no series of `series` needs)."""
     p = PROJECTS.c
     step = _step_index(session, w).label("step")
-    steps: dict[int, list[Sums | None]] = {}
-    for project_id, index, samples, allocated, utilized, utilized_samples, requested in (
-        session.execute(
-            select(
-                p.project_id, step, func.sum(p.samples), func.sum(p.allocated_milli_sum),
-                func.sum(p.utilized_milli_sum), func.sum(p.utilized_samples),
-                func.sum(p.requested_milli_sum),
-            )
-            .where(p.resolution_s == w.resolution_s, p.bucket_s >= w.first_s, p.bucket_s < w.end)
-            .group_by(p.project_id, step)
-        ).all()
-    ):  # fmt: skip
-        if 0 <= index < w.points:
-            line = steps.setdefault(project_id, [None] * w.points)
-            line[index] = Sums(
-                samples=int(samples),
-                allocated=int(allocated),
-                utilized=int(utilized),
-                utilized_samples=int(utilized_samples),
-                requested=int(requested),
-            )
+    utilized = ProjectSeries.UTILIZED in series
+    points = w.points
+    steps: dict[int, list[Totals | None]] = {}
+    for project_id, index, samples, allocated, used, used_samples, requested in session.execute(
+        select(
+            p.project_id,
+            step,
+            func.sum(p.samples),
+            func.sum(p.allocated_milli_sum),
+            func.sum(p.utilized_milli_sum) if utilized else literal(0),
+            func.sum(p.utilized_samples) if utilized else literal(0),
+            func.sum(p.requested_milli_sum) if ProjectSeries.REQUESTED in series else literal(0),
+        )
+        .where(p.resolution_s == w.resolution_s, p.bucket_s >= w.first_s, p.bucket_s < w.end)
+        .group_by(p.project_id, step)
+    ).all():
+        if 0 <= index < points:
+            line = steps.get(project_id)
+            if line is None:
+                line = steps[project_id] = [None] * points
+            line[index] = (samples, allocated, used, used_samples, requested)
     for minute in unwritten:
         index = w.index(bucket_of(minute.bucket_s, w.resolution_s))
-        if not 0 <= index < w.points:
+        if not 0 <= index < points:
             continue
         for project_id, sums in minute.projects.items():
-            line = steps.setdefault(project_id, [None] * w.points)
-            into = line[index]
-            if into is None:
-                line[index] = into = Sums()
-            into.merge(sums)
+            line = steps.setdefault(project_id, [None] * points)
+            before = line[index] or (0, 0, 0, 0, 0)
+            line[index] = (
+                before[0] + sums.samples,
+                before[1] + sums.allocated,
+                before[2] + sums.utilized,
+                before[3] + sums.utilized_samples,
+                before[4] + sums.requested,
+            )
     return steps
 
 
@@ -191,11 +209,15 @@ _Point = tuple[float, float, float | None]
 """Average allocated, requested and utilized milli-GPU (None: unknown) over one step."""
 
 
-def _point(sums: Sums | None) -> _Point | None:
-    if sums is None or not sums.samples:
+def _point(totals: Totals | None) -> _Point | None:
+    if totals is None or not totals[0]:
         return None
-    utilized = sums.utilized / sums.utilized_samples if sums.utilized_samples else None
-    return (sums.allocated / sums.samples, sums.requested / sums.samples, utilized)
+    samples, allocated, utilized, utilized_samples, requested = totals
+    return (
+        allocated / samples,
+        requested / samples,
+        utilized / utilized_samples if utilized_samples else None,
+    )
 
 
 def _combine(points: Sequence[_Point | None]) -> _Point | None:
@@ -213,46 +235,67 @@ def _combine(points: Sequence[_Point | None]) -> _Point | None:
     )
 
 
-def _series(key: str, points: Sequence[_Point | None]) -> HistorySeries:
-    allocated: list[float | None] = []
-    utilized: list[float | None] = []
-    requested: list[float | None] = []
-    for point in points:
-        if point is None:
-            allocated.append(None)
-            utilized.append(None)
-            requested.append(None)
-        else:
-            allocated.append(_gpu(point[0]))
-            requested.append(_gpu(point[1]))
-            utilized.append(None if point[2] is None else _gpu(point[2]))
+def _series(
+    key: str, steps: Sequence[Totals | None], series: frozenset[ProjectSeries]
+) -> HistorySeries:
+    """One project's averages per step, the asked `series` only (the others null)."""
+    allocated = utilized = requested = None
+    if ProjectSeries.ALLOCATED in series:
+        allocated = [round(t[1] / t[0]) / 1000 if t and t[0] else None for t in steps]
+    if ProjectSeries.UTILIZED in series:
+        utilized = [round(t[2] / t[3]) / 1000 if t and t[0] and t[3] else None for t in steps]
+    if ProjectSeries.REQUESTED in series:
+        requested = [round(t[4] / t[0]) / 1000 if t and t[0] else None for t in steps]
     return HistorySeries(
         key=key, allocated_gpu=allocated, utilized_gpu=utilized, requested_gpu=requested
     )
 
 
+def _combined_series(
+    key: str, points: Sequence[_Point | None], series: frozenset[ProjectSeries]
+) -> HistorySeries:
+    def line(wanted: ProjectSeries, value: int) -> list[float | None] | None:
+        if wanted not in series:
+            return None
+        out: list[float | None] = []
+        for point in points:
+            milli = None if point is None else point[value]
+            out.append(None if milli is None else _gpu(milli))
+        return out
+
+    return HistorySeries(
+        key=key,
+        allocated_gpu=line(ProjectSeries.ALLOCATED, 0),
+        utilized_gpu=line(ProjectSeries.UTILIZED, 2),
+        requested_gpu=line(ProjectSeries.REQUESTED, 1),
+    )
+
+
 def _project_series(
-    session: Session, w: Window, steps: Mapping[int, list[Sums | None]], viewer: Principal
+    session: Session,
+    w: Window,
+    steps: Mapping[int, list[Totals | None]],
+    viewer: Principal,
+    series: frozenset[ProjectSeries],
 ) -> list[HistorySeries]:
     """Admins: every project by name. Researchers: theirs by name, the others as one line."""
     rows = session.execute(
         select(ProjectRow.id, ProjectRow.name).where(ProjectRow.is_department.is_(False))
     ).all()
     names = {project_id: name for project_id, name in rows}
-    empty: list[Sums | None] = [None] * w.points
+    empty: list[Totals | None] = [None] * w.points
     out = []
     shown = sorted((name, project_id) for project_id, name in names.items() if viewer.may_use(name))
     for name, project_id in shown:
-        out.append(_series(name, [_point(s) for s in steps.get(project_id, empty)]))
+        out.append(_series(name, steps.get(project_id, empty), series))
     if viewer.is_admin:
         for project_id in sorted(set(steps) - set(names)):
-            points = [_point(s) for s in steps[project_id]]
-            out.append(_series(f"#{project_id} (deleted)", points))
+            out.append(_series(f"#{project_id} (deleted)", steps[project_id], series))
         return out
     others = [steps[i] for i in steps if i not in names or not viewer.may_use(names[i])]
     if others:
         combined = [_combine([_point(s[i]) for s in others]) for i in range(w.points)]
-        out.append(_series(OTHER, combined))
+        out.append(_combined_series(OTHER, combined, series))
     return out
 
 
@@ -262,7 +305,9 @@ def history(
     now_s: float,
     viewer: Principal,
     unwritten: Iterable[Bucket] = (),
+    series: frozenset[ProjectSeries] = ALL_SERIES,
 ) -> HistoryOut:
+    """The window's points; each project's `series` only (the overview draws allocation)."""
     unwritten = list(unwritten)
     cluster = _cluster(session, w, unwritten)
     steps = _per_step(w, cluster)
@@ -302,7 +347,9 @@ def history(
         ),
         pending_workloads=each(lambda s: round(s.pending_workloads / s.samples, 3)),
         pending_gpu=each(gpus(lambda s: s.pending_milli)),
-        projects=_project_series(session, w, _projects(session, w, unwritten), viewer),
+        projects=_project_series(
+            session, w, _projects(session, w, unwritten, series), viewer, series
+        ),
         allocated_gpu_hours=round(allocated_h / 1000, 3),
         utilized_gpu_hours=round(utilized_h / 1000, 3) if measured else None,
         idle_allocated_gpu_hours=round(idle_h / 1000, 3) if measured else None,

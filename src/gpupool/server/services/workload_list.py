@@ -21,7 +21,7 @@ from gpupool.api.schemas import (
 )
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind
 from gpupool.server.auth import Principal
-from gpupool.server.db import ProjectRow, TaskRow, WorkloadRow
+from gpupool.server.db import ProjectRow, TaskRow, WorkloadRow, physical_devices
 from gpupool.server.services.workloads import FINISHED, LIVE_TASK_STATES, view
 
 MEMORY_MIB_PER_GPU = 81920
@@ -130,7 +130,7 @@ def list_page(
             TaskPlacement(
                 task_index=task.task_index,
                 node=task.node,
-                devices=list(task.devices),
+                devices=list(physical_devices(task.devices, task.burst_device)),
                 state=TaskState(task.state),
             )
             for task in mine
@@ -147,6 +147,7 @@ class _Task:
     task_index: int
     node: str
     devices: list[int]
+    burst_device: int | None
     state: str
     exit_code: int | None
 
@@ -163,6 +164,7 @@ def _tasks(session: Session, ids: Sequence[int]) -> dict[int, list[_Task]]:
             TaskRow.task_index,
             TaskRow.node,
             TaskRow.devices,
+            TaskRow.burst_device,
             TaskRow.state,
             TaskRow.exit_code,
         )

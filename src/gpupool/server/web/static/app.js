@@ -2,7 +2,6 @@
 // refresh that pauses while the tab is hidden, the theme, the error banner.
 
 import { ApiError, api, get, setCsrfToken, whenUnauthorized } from "./api.js";
-import { learnProjects } from "./dom.js";
 import * as login from "./pages/login.js";
 import * as nodes from "./pages/nodes.js";
 import * as overview from "./pages/overview.js";
@@ -155,14 +154,11 @@ async function logIn(token) {
   await start(value);
 }
 
+// Nothing is read before the page's own reads: each page asks for what it shows, all at once.
+// Pages that colour projects learn every project's name first (from /top or /names), so that
+// a project has the same colour on every page.
 async function start(value) {
   setSession(value);
-  try {
-    const top = await get("/top");
-    learnProjects(top.projects.map((p) => p.name));
-  } catch {
-    // Colours are then assigned as projects appear.
-  }
   if (!location.hash || location.hash.startsWith("#/login")) history.replaceState(null, "", "#/overview");
   await route();
 }

@@ -3,7 +3,7 @@
 // projects' shares as usage only (the server leaves their workload names out).
 
 import { get } from "../api.js";
-import { colourIndex, gpus, h, legend, mib, replace } from "../dom.js";
+import { colourIndex, gpus, h, learnProjects, legend, mib, replace } from "../dom.js";
 
 const holder = (share) => (share.workload ? `${share.project}/${share.workload}` : `${share.project} (usage only)`);
 
@@ -109,8 +109,9 @@ export function mount(ctx) {
   return {
     title: "Nodes",
     async refresh() {
-      const nodes = await get("/nodes");
+      const [nodes, names] = await Promise.all([get("/nodes"), get("/names")]);
       if (!ctx.isCurrent()) return;
+      learnProjects(names.projects);
       const { free, stranded, partial } = fragmentation(nodes);
       replace(
         summary,

@@ -3,7 +3,20 @@
 
 import { get, query } from "../api.js";
 import { TimeChart } from "../chart.js";
-import { clock, duration, gpus, h, hours, legend, nowSeconds, percent, projectColour, replace, trim } from "../dom.js";
+import {
+  clock,
+  duration,
+  gpus,
+  h,
+  hours,
+  learnProjects,
+  legend,
+  nowSeconds,
+  percent,
+  projectColour,
+  replace,
+  trim,
+} from "../dom.js";
 
 export const RANGES = ["1h", "24h", "7d", "30d"];
 const RANGE_WORDS = {
@@ -19,9 +32,12 @@ export function historyChart(history, stacks, lines) {
   return { times, step: history.step_s, start, end, stacks, lines };
 }
 
-export async function fetchHistory(range, zoom) {
+// `series`: each project's series to ask for (all three by default; the overview draws only
+// allocation, a third of the answer).
+export async function fetchHistory(range, zoom, series) {
+  const window = zoom ? { start: zoom.start, end: zoom.end } : { range };
   try {
-    return await get("/history" + query(zoom ? { start: zoom.start, end: zoom.end } : { range }));
+    return await get("/history" + query({ ...window, project_series: series }));
   } catch (error) {
     if (error.status === 404) return null; // no history recorded (or no history store) yet
     throw error;
@@ -206,10 +222,11 @@ export function mount(ctx) {
     async refresh() {
       const [top, data, pending] = await Promise.all([
         get("/top"),
-        fetchHistory(range, zoom),
+        fetchHistory(range, zoom, "allocated"),
         get("/workloads" + query({ status: "pending", sort: "submitted_at", order: "asc", limit: 5 })),
       ]);
       if (!ctx.isCurrent()) return;
+      learnProjects(top.projects.map((p) => p.name));
       renderTop(top);
       renderHistory(data);
       renderPending(pending);

@@ -4,7 +4,7 @@
 
 import { api, get } from "../api.js";
 import { TimeChart } from "../chart.js";
-import { gpus, h, projectColour, replace } from "../dom.js";
+import { gpus, h, learnProjects, projectColour, replace } from "../dom.js";
 import { fetchHistory, historyChart, rangeControl } from "./overview.js";
 
 // Borrowed: what a project holds above its quota. Lent: the part of its unused quota that
@@ -260,6 +260,7 @@ export function mount(ctx) {
         fetchHistory(range, null),
       ]);
       if (!ctx.isCurrent()) return;
+      learnProjects(top.projects.map((p) => p.name));
       last = { departments, projects, top };
       if (editing === null) render();
       renderCharts(history, new Set(projects.map((p) => p.name)));

@@ -14,6 +14,7 @@ const SELECTS = [
   ["f-type", "type"],
   ["f-node", "node"],
 ];
+const CHOICES = { projects: ["f-project", "project"], nodes: ["f-node", "node"] };
 
 export function workloadHref(w) {
   return `#/workloads/${encodeURIComponent(w.project)}/${encodeURIComponent(w.name)}`;
@@ -38,13 +39,18 @@ export function runtime(w) {
   return "–";
 }
 
+function choices(options, value) {
+  // The chosen value stays an option while the list is still loading (or no longer has it).
+  const all = value && !options.includes(value) ? [value, ...options] : options;
+  return [h("option", { value: "" }, "any"), ...all.map((o) => h("option", { value: o, selected: o === value }, o))];
+}
+
 function select(id, label, options, value, testid) {
-  const choices = options.map((o) => h("option", { value: o, selected: o === value }, o));
   return h(
     "div",
     { class: "field" },
     h("label", { for: id }, label),
-    h("select", { id, "data-testid": testid }, h("option", { value: "" }, "any"), choices),
+    h("select", { id, "data-testid": testid }, choices(options, value)),
   );
 }
 
@@ -79,6 +85,8 @@ export function mount(ctx) {
   const prev = h("button", { type: "button", "data-testid": "prev-page" }, "← Previous");
   const next = h("button", { type: "button", "data-testid": "next-page" }, "Next →");
   const canSubmit = ctx.session.isAdmin || ctx.session.projects.length > 0;
+  // The filters' choices: projects come with the first page of rows; node names after the
+  // table is drawn (GET /names), filled into the open list without redrawing the filters.
   let options = { projects: [], nodes: [] };
   let searchTimer = null;
   prev.addEventListener("click", () => go({ page: page() - 1 }));
@@ -187,22 +195,35 @@ export function mount(ctx) {
     );
   }
 
+  // New choices for one select, in place: the other fields, their values and focus stay.
+  function setChoices(key, values) {
+    if (JSON.stringify(values) === JSON.stringify(options[key])) return;
+    options = { ...options, [key]: values };
+    const [id, param] = CHOICES[key];
+    const element = filterBox.querySelector("#" + id);
+    if (element) element.replaceChildren(...choices(values, params[param]));
+  }
+
+  function fillNodes() {
+    get("/names").then(
+      (names) => ctx.isCurrent() && setChoices("nodes", names.nodes),
+      () => {}, // the node filter keeps its choices; the next refresh tries again
+    );
+  }
+
   return {
     title: "Workloads",
     async refresh() {
       const paging = { limit: PAGE_SIZE, offset: page() * PAGE_SIZE };
-      const [result, projects, nodes] = await Promise.all([
+      const [result, projects] = await Promise.all([
         get("/workloads" + query({ ...params, ...sorting(), page: undefined, ...paging })),
         get("/projects"),
-        get("/nodes"),
       ]);
       if (!ctx.isCurrent()) return;
-      const latest = { projects: projects.map((p) => p.name).sort(), nodes: nodes.map((n) => n.name) };
-      if (JSON.stringify(latest) !== JSON.stringify(options) || !filterBox.childElementCount) {
-        options = latest;
-        renderFilters();
-      }
+      if (!filterBox.childElementCount) renderFilters();
+      setChoices("projects", projects.map((p) => p.name).sort());
       renderTable(result);
+      fillNodes();
     },
   };
 }

@@ -1,0 +1,1 @@
+"""The dashboard benchmark's parts; `benchmarks/dashboard.py` is its command line."""
