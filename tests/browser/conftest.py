@@ -71,8 +71,10 @@ def _unavailable() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """One Chromium per module: Playwright's sync API keeps an event loop running in this
+    thread while it is open, and tests after the browser tests call `asyncio.run`."""
     reason = _unavailable()
     if reason is not None:
         if os.environ.get("CI") == "true":
