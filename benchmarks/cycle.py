@@ -10,7 +10,12 @@ For each size the snapshot comes from `cycle_workload.build_snapshot` (not timed
 runs the decisions are checked for consistency (not timed): every decision names a workload in a
 state it can apply to, and the snapshot after the decisions passes `validate_snapshot`.
 
-Targets: a 1,000-node cycle in at most 500 ms, and 1k -> 10k nodes no worse than linear (<= 10x).
+Targets (issue 13): a 1,000-node cycle in at most 100 ms, a 10,000-node one in at most 1 s, and
+no worse than linear: at most 10x the time per 10x the nodes. Below the sizes, one row per step
+between consecutive sizes gives each phase's time ratio per 10x of nodes ((t2 / t1) ** (1 /
+log10(n2 / n1)), t2 / t1 itself for a 10x step).
+
+The table is as wide as the terminal, or whole (no column cut) when the output is piped.
 Exit status: 0, or 1 when the decisions were inconsistent (missed targets do not change it), or 2
 when `run_cycle` does not exist.
 """
@@ -20,7 +25,9 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import itertools
 import json
+import math
 import statistics
 import sys
 import time
@@ -38,12 +45,14 @@ from cycle_workload import (
 from rich.console import Console
 from rich.table import Table
 
+from gpupool.cli.terminal import output_console
 from gpupool.core.apply import apply_decisions
 from gpupool.core.decisions import Bind, CycleResult, Evict, Move
 from gpupool.core.model import Snapshot
 from gpupool.core.observer import PHASES, CycleObserver
 
-TARGET_1K_MS = 500.0
+TARGET_1K_MS = 100.0
+TARGET_10K_MS = 1000.0
 TARGET_SCALING_1K_10K = 10.0
 DEFAULT_NODES = (100, 1000, 10000)
 
@@ -161,6 +170,41 @@ def _by_nodes(results: list[SizeResult], nodes: int) -> SizeResult | None:
     return next((r for r in results if r.nodes == nodes), None)
 
 
+@dataclass(frozen=True, slots=True)
+class Step:
+    """From one measured size to the next: time ratios per 10x of nodes."""
+
+    from_nodes: int
+    to_nodes: int
+    total: float | None
+    phases: dict[str, float | None]
+
+
+def _per_10x(before: float, after: float, nodes_factor: float) -> float | None:
+    if before <= 0 or after <= 0 or nodes_factor <= 1:
+        return None
+    return float((after / before) ** (1 / math.log10(nodes_factor)))
+
+
+def steps(results: list[SizeResult]) -> list[Step]:
+    """Each pair of consecutive sizes (by node count), with the ratio per 10x of nodes."""
+    ordered = sorted(results, key=lambda r: r.nodes)
+    out: list[Step] = []
+    for a, b in itertools.pairwise(ordered):
+        if b.nodes <= a.nodes:
+            continue
+        factor = b.nodes / a.nodes
+        out.append(
+            Step(
+                from_nodes=a.nodes,
+                to_nodes=b.nodes,
+                total=_per_10x(a.total_ms, b.total_ms, factor),
+                phases={p: _per_10x(a.phases_ms[p], b.phases_ms[p], factor) for p in PHASES},
+            )
+        )
+    return out
+
+
 def targets(results: list[SizeResult]) -> dict[str, object]:
     one_k = _by_nodes(results, 1000)
     ten_k = _by_nodes(results, 10000)
@@ -168,6 +212,10 @@ def targets(results: list[SizeResult]) -> dict[str, object]:
         "total_1k_ms": None if one_k is None else one_k.total_ms,
         "target_1k_ms": TARGET_1K_MS,
         "meets_1k": None if one_k is None else one_k.total_ms <= TARGET_1K_MS,
+        "total_10k_ms": None if ten_k is None else ten_k.total_ms,
+        "target_10k_ms": TARGET_10K_MS,
+        "meets_10k": None if ten_k is None else ten_k.total_ms <= TARGET_10K_MS,
+        "scaling_per_10x": [asdict(step) for step in steps(results)],
         "scaling_1k_10k": None,
         "target_scaling_1k_10k": TARGET_SCALING_1K_10K,
         "meets_scaling": None,
@@ -190,12 +238,22 @@ def _ms(value: float) -> str:
     return f"{value:,.1f}"
 
 
+def _ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}x"
+
+
+def _short(nodes: int) -> str:
+    """1000 -> 1k, 10000 -> 10k, 250 -> 250."""
+    return f"{nodes // 1000}k" if nodes >= 1000 and nodes % 1000 == 0 else f"{nodes:,}"
+
+
 def render(
     results: list[SizeResult], seed: int, repeat: int, gc_mode: str, console: Console
 ) -> None:
     table = Table(
         title=f"gpupool: one scheduling cycle, ms (median of {repeat}, seed {seed}, gc {gc_mode})",
-        caption="snapshot generation is not timed; 'other' = total - sum of phases",
+        caption="snapshot generation is not timed; 'other' = total - sum of phases; "
+        "a→b: time ratio per 10x of nodes (linear: 10.0x)",
     )
     for column in ("nodes", "GPUs", "running", "pending"):
         table.add_column(column, justify="right")
@@ -219,21 +277,18 @@ def render(
             f"{r.move:,}",
         )
     goals = targets(results)
-    phase_scaling = goals["phase_scaling_1k_10k"]
-    if isinstance(phase_scaling, dict):
-        factor = goals["scaling_1k_10k"]
+    ladder = steps(results)
+    if ladder:
         table.add_section()
+    for step in ladder:
         table.add_row(
-            "1k→10k",
+            f"{_short(step.from_nodes)}→{_short(step.to_nodes)}",
             "",
             "",
             "",
-            *(
-                "n/a" if phase_scaling[phase] is None else f"{phase_scaling[phase]:.1f}x"
-                for phase in PHASES
-            ),
+            *(_ratio(step.phases[phase]) for phase in PHASES),
             "",
-            f"{factor:.1f}x" if isinstance(factor, float) else "n/a",
+            _ratio(step.total),
             "",
             "",
             "",
@@ -249,11 +304,26 @@ def render(
     )
     _print_target(
         console,
+        f"10,000-node target (<= {TARGET_10K_MS:,.0f} ms)",
+        goals["meets_10k"],
+        lambda: f"{_ms(cast(float, goals['total_10k_ms']))} ms",
+        "add 10000 to --nodes",
+    )
+    _print_target(
+        console,
         f"Scaling 1k→10k (<= {TARGET_SCALING_1K_10K:.0f}x, linear)",
         goals["meets_scaling"],
         lambda: f"{cast(float, goals['scaling_1k_10k']):.2f}x",
         "needs 1000 and 10000 in --nodes",
     )
+    if ladder:
+        console.print(
+            "Time per 10x of nodes: "
+            + ", ".join(
+                f"{_short(s.from_nodes)}→{_short(s.to_nodes)} {_ratio(s.total)}" for s in ladder
+            )
+            + " (linear: 10.0x)"
+        )
     for r in results:
         console.print(
             f"[dim]{r.nodes:,} nodes: generated in {r.generate_s:.2f} s; totals "
@@ -305,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpupool.core.cycle.run_cycle is not available: {exc}", file=sys.stderr)
         return 2
 
-    console = Console(stderr=True) if args.json else Console()
+    console = output_console(stderr=args.json, highlight=True)
     results: list[SizeResult] = []
     for nodes in args.nodes:
         with console.status(f"{nodes:,} nodes..."):

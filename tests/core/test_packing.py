@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from gpupool.core.packing import (
     BestFitPolicy,
+    DevicePlan,
     FgdPolicy,
     Packer,
     PackingState,
@@ -19,6 +20,9 @@ from gpupool.core.packing import (
     PodShape,
     PolicyName,
     TypicalShape,
+    artifact_typical_shapes,
+    fgd_fragmentation_milli,
+    fgd_node_score,
     make_policy,
     node_fragmentation_milli,
     typical_shapes,
@@ -381,3 +385,134 @@ def test_best_fit_normalises_by_the_largest_node() -> None:
     big = policy.evaluate(state, 1, WHOLE)
     assert small is not None and big is not None
     assert small[0] < big[0]  # lower is better: the small node is left emptier of nothing
+
+
+# --- FGD as the artifact runs it -------------------------------------------------------------
+
+
+def test_artifact_typical_shapes_count_every_pod_and_cut_at_the_popularity() -> None:
+    cpu_only = PodShape(8000, 4096, 0, 0)
+    whole = PodShape(4000, 1024, 1, 1000)
+    whole_more_memory = PodShape(4000, 8192, 1, 1000)  # the same shape once memory is left out
+    share = PodShape(2000, 1024, 1, 500)
+    rare = PodShape(2000, 1024, 8, 1000)
+    shapes = [whole] * 50 + [whole_more_memory] * 10 + [cpu_only] * 25 + [share] * 14 + [rare]
+    typical = artifact_typical_shapes(shapes)
+    # 60 whole (memory merged), 25 CPU-only, 14 shares: 99 of 100 pods, past 95%; the rare
+    # 8-GPU shape is cut and the rest renormalised.
+    assert [(t.shape, t.weight) for t in typical] == [
+        (PodShape(4000, 0, 1, 1000), pytest.approx(60 / 99)),
+        (PodShape(8000, 0, 0, 0), pytest.approx(25 / 99)),
+        (PodShape(2000, 0, 1, 500), pytest.approx(14 / 99)),
+    ]
+    assert len(artifact_typical_shapes(shapes, popularity_pct=100)) == 4
+
+
+def test_artifact_typical_shapes_break_equal_counts_by_larger_cpu_first() -> None:
+    small, large = PodShape(1000, 0, 1, 1000), PodShape(9000, 0, 1, 1000)
+    typical = artifact_typical_shapes([small, large])
+    assert [t.shape for t in typical] == [large, small]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "score"),
+    [(1000.0, 1000.0, 50), (0.0, 1000.0, 26), (1000.0, 0.0, 73), (0.0, 1e7, 0), (1e7, 0.0, 100)],
+)
+def test_fgd_node_score_is_the_truncated_sigmoid(before: float, after: float, score: int) -> None:
+    assert fgd_node_score(before, after) == score
+
+
+def test_fgd_fragmentation_matches_the_measure_and_is_bit_equal_on_equal_states() -> None:
+    typical = (*HALF_HALF, TypicalShape(PodShape(1000, 0, 0, 0), 0.0))
+    for cpu, devices in [(64000, (1000, 500, 200)), (3000, (1000, 500, 200)), (1000, (0, 300))]:
+        assert fgd_fragmentation_milli("A", cpu, devices, typical) == pytest.approx(
+            node_fragmentation_milli("A", cpu, devices, typical)
+        )
+    # A CPU-only pod on a node whose shapes all lack GPU anyway changes nothing: exactly 50.
+    before = fgd_fragmentation_milli("A", 9000, (100, 100), HALF_HALF)
+    after = fgd_fragmentation_milli("A", 1000, (100, 100), HALF_HALF)
+    assert fgd_node_score(before, after) == 50
+
+
+def test_fgd_sharing_pod_takes_the_first_device_with_the_best_integer_score() -> None:
+    # Devices with 1000 and 990 free, a target workload of whole GPUs: 100 on the 990 device
+    # shrinks a fragment (990 -> 890: score 52), on the whole one it leaves no whole device
+    # (fragment 990 -> 1890: score 28).
+    nodes = [node("a", 2)]
+    state = PackingState(nodes)
+    state.assign(0, (1,), PodShape(0, 0, 1, 10))
+    policy = FgdPolicy(ONLY_WHOLE)
+    scored = policy.evaluate(state, 0, PodShape(0, 0, 1, 100))
+    assert scored is not None and scored[1] == (1,)
+    # Equal integer scores: the lower-numbered device, as the artifact's loop keeps the first.
+    state = PackingState([node("b", 2)])
+    scored = policy.evaluate(state, 0, PodShape(0, 0, 1, 100))
+    assert scored is not None and scored[1] == (0,)
+
+
+def test_packer_breaks_ties_by_the_node_priority() -> None:
+    nodes = [node("a", 1), node("b", 1), node("c", 1)]
+    state = PackingState(nodes)
+    packer = Packer(state, make_policy(PolicyName.FGD, nodes, ONLY_WHOLE, first), first, (2, 0, 1))
+    placed = [packer.place(WHOLE) for _ in range(3)]
+    assert [p.node for p in placed if p is not None] == [1, 2, 0]
+
+
+def test_packer_priority_leaves_the_random_policy_random() -> None:
+    nodes = [node("a", 1), node("b", 1)]
+    picks: list[int] = []
+
+    def last(count: int) -> int:
+        picks.append(count)
+        return count - 1
+
+    state = PackingState(nodes)
+    policy = make_policy(PolicyName.RANDOM, nodes, ONLY_WHOLE, last)
+    placed = Packer(state, policy, last, (0, 1)).place(WHOLE)
+    assert placed is not None and placed.node == 1
+    assert picks[0] == 2
+
+
+def test_packer_priority_needs_one_rank_per_node() -> None:
+    nodes = [node("a", 1)]
+    with pytest.raises(ValueError, match="one per node"):
+        Packer(
+            PackingState(nodes), make_policy(PolicyName.FGD, nodes, ONLY_WHOLE, first), first, ()
+        )
+
+
+# --- our default: planned device fills -------------------------------------------------------
+
+
+def test_device_plan_is_the_best_fit_decreasing_packing_of_the_shares() -> None:
+    typical = (
+        TypicalShape(PodShape(0, 0, 1, 470), 0.4),
+        TypicalShape(PodShape(0, 0, 1, 650), 0.2),
+        TypicalShape(PodShape(0, 0, 1, 320), 0.2),
+        TypicalShape(WHOLE, 0.2),
+    )
+    plan = DevicePlan.of(typical, pods=10)
+    # 4 x 470, 2 x 650, 2 x 320 -> 650 + 320 twice, 470 + 470 twice
+    assert plan.complete == frozenset({970, 940})
+    assert plan.partial == frozenset({650, 320, 470})
+    assert plan.rank(free=350, share=320) == 0  # 650 + 320 completes a planned device
+    assert plan.rank(free=1000, share=470) == 1  # a new device starts one
+    assert plan.rank(free=530, share=320) == 2  # 470 + 320 is in no plan
+    assert DevicePlan.of((TypicalShape(WHOLE, 1.0),)).complete == frozenset()
+
+
+def test_default_follows_the_plan_where_fgd_looks_one_pod_ahead() -> None:
+    typical = (
+        TypicalShape(PodShape(0, 0, 1, 470), 0.4),
+        TypicalShape(PodShape(0, 0, 1, 650), 0.2),
+        TypicalShape(PodShape(0, 0, 1, 320), 0.2),
+        TypicalShape(PodShape(0, 0, 1, 1000), 0.2),
+    )
+    nodes = [node("a", 1), node("b", 1)]
+    before: list[tuple[int, tuple[int, ...], PodShape]] = [(0, (0,), PodShape(0, 0, 1, 470))]
+    pod = PodShape(0, 0, 1, 320)
+    # FGD: 320 next to the 470 leaves 210 (fragment 212 -> 210), on the empty b it leaves 680,
+    # a fragment for the whole GPU (0 -> 136): a. The plan pairs 470 with 470 and 320 with 650,
+    # so 470 + 320 is off plan and a 320 starts a device on b.
+    assert place_once(PolicyName.FGD, nodes, before, pod, typical) == ("a", (0,))
+    assert place_once(PolicyName.DEFAULT, nodes, before, pod, typical) == ("b", (0,))

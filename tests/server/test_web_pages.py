@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpupool.server.routers.web import assets
+from gpupool.server.routers.web import assets, version
 from liveserver import LiveServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,9 +59,27 @@ def test_files_have_their_types_and_revalidate_with_an_etag(
     assert got.status_code == 200
     assert got.headers["content-type"] == content_type
     assert got.headers["x-content-type-options"] == "nosniff"
+    assert got.headers["cache-control"] == "no-cache"
     etag = got.headers["etag"]
     again = httpx.get(server.url + path, headers={"If-None-Match": etag})
     assert again.status_code == 304 and again.content == b""
+
+
+def test_the_page_names_its_files_under_a_version_kept_for_good(server: LiveServer) -> None:
+    """A reload asks for the page alone: its files are named under a hash of them all and may be
+    cached for good; an upgrade changes the hash, so old and new modules never mix."""
+    page = httpx.get(server.url + "/").text
+    named = re.findall(r'"/static/(v[0-9a-f]{16})/([^"]+)"', page)
+    assert {version for version, _ in named} == {version()}
+    assert {path for _, path in named} >= {"app.js", "style.css", "pages/workloads.js"}
+    assert '"/static/app.js"' not in page
+    for _, path in named:
+        got = httpx.get(f"{server.url}/static/{version()}/{path}")
+        assert got.status_code == 200, path
+        assert got.headers["cache-control"] == "public, max-age=31536000, immutable"
+        assert got.content == httpx.get(f"{server.url}/static/{path}").content
+    old = httpx.get(server.url + "/static/v0000000000000000/app.js")
+    assert old.status_code == 404  # an old page's files are gone, never the new ones instead
 
 
 @pytest.mark.parametrize(

@@ -56,6 +56,7 @@ from gpupool.api.schemas import (
     WorkloadType,
     validation_error_out,
 )
+from gpupool.cli.terminal import output_console
 from gpupool.client.config import (
     ENV_OVERRIDES,
     ClientConfig,
@@ -164,7 +165,7 @@ def resolve_project(project: str | None) -> str:
 
 
 def stdout() -> Console:
-    return Console(highlight=False)
+    return output_console()
 
 
 def show(data: BaseModel | Sequence[BaseModel], as_json: bool, render: Callable[[], Any]) -> None:

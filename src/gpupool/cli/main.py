@@ -16,6 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 from gpupool.cli.bench import bench_app
 from gpupool.cli.cluster import register as register_cluster_commands
 from gpupool.cli.server_cmd import register as register_server
+from gpupool.cli.terminal import output_console
 from gpupool.cli.up import register as register_up
 from gpupool.sim.cluster import Policy, default_cluster, load_cluster
 from gpupool.sim.compare import compare_policies, format_duration_s, summary_json
@@ -159,7 +160,7 @@ def simulate(
     Exit status: 0 done, 2 bad options or input files (nothing written), 3 a scheduler bug.
     """
     to_stdout = json_path == "-"
-    console = Console(highlight=False, stderr=to_stdout)
+    console = output_console(stderr=to_stdout)
     errors = Console(stderr=True, highlight=False)
 
     def fail(message: str, code: int = 2) -> NoReturn:

@@ -16,6 +16,11 @@ m, the fragment of node n is the free GPU that m could not use there (all of it 
 fit on the node at all; else the free part of each device smaller than m's per-device need). The
 node's fragmentation is the expectation over the target workload's shapes, weighted by how
 often each occurs; FGD places a pod where that expectation grows least.
+
+`FgdPolicy` is FGD as the paper's artifact (hkust-adsl/kubernetes-scheduler-simulator) runs it,
+every detail that moves the result reproduced: its target workload (`artifact_typical_shapes`),
+its integer node score (`fgd_node_score`), its device choice, and its tie-break (a fixed node
+priority, `Packer`'s `priority`). docs/packing.md lists each difference and its effect.
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ from dataclasses import dataclass
 from gpupool.core.model import MILLI_PER_GPU
 
 __all__ = [
+    "ARTIFACT_POPULARITY_PCT",
+    "DefaultPolicy",
+    "DevicePlan",
+    "FgdPolicy",
     "PackNode",
     "PackPlacement",
     "Packer",
@@ -36,6 +45,9 @@ __all__ = [
     "PodShape",
     "PolicyName",
     "TypicalShape",
+    "artifact_typical_shapes",
+    "fgd_fragmentation_milli",
+    "fgd_node_score",
     "make_policy",
     "node_fragmentation_milli",
     "typical_shapes",
@@ -203,6 +215,9 @@ class PlacementPolicy:
     """Scores one node for one pod. Subclasses implement `score`; feasibility is checked first."""
 
     name = "base"
+    random_ties = False
+    """True for a policy whose ties are its choice at random (`random`): `Packer` then breaks
+    them with `pick` even when it has a node priority."""
 
     def score(self, state: PackingState, node: int, shape: PodShape) -> Scored | None:
         raise NotImplementedError
@@ -246,6 +261,7 @@ class RandomPolicy(PlacementPolicy):
     """Every feasible node scores the same: the tie-break picks one at random."""
 
     name = "random"
+    random_ties = True
 
     def __init__(self, pick: Callable[[int], int]) -> None:
         self._pick = pick
@@ -345,46 +361,311 @@ class GpuClusteringPolicy(PlacementPolicy):
 
 DEFAULT_STRANDING_WEIGHT = 4.0
 """How much our default policy charges for GPU that the node's CPU or memory could no longer
-feed, next to FGD's fragment (see `FgdPolicy`). Chosen on the packing benchmark: 0.25 to 32 all
-land within 0.1 point of each other; 0 loses about 1.1 points."""
+feed, next to FGD's fragment (see `DefaultPolicy`): a stranded GPU is lost for sure, a fragment
+only for some shapes. Without the term (0) the default loses about half a point on the openb
+default, gpushare60 and gpuspec10 traces; 8 or 16 instead of 4 move it by less than 0.05."""
+
+
+# --- FGD as the paper's artifact runs it -----------------------------------------------------
+
+ARTIFACT_POPULARITY_PCT = 95
+"""The artifact's target workload keeps the most common pod shapes that cover this share (%) of
+the pods (`podPopularityThreshold: 95` in its experiment scripts, one shape at a time)."""
+FGD_SCORE_SCALE_MILLI = 1000.0
+"""The artifact scores a node by 100·sigmoid(-growth / 1000): the growth of fragmentation in
+whole GPUs."""
+GPU_MODEL_SEPARATOR = "|"
+"""How the artifact writes a pod's allowed GPU models (and compares them, as one string)."""
+_EXP_LIMIT = 700.0
+"""Past this exponent `math.exp` overflows (about 709.8)."""
+
+
+def artifact_typical_shapes(
+    shapes: Iterable[PodShape], popularity_pct: int = ARTIFACT_POPULARITY_PCT
+) -> tuple[TypicalShape, ...]:
+    """The target workload as the FGD artifact builds it from the pod list (every pod, once).
+
+    A shape is (CPU, GPU per device, GPU count, GPU models): memory is not part of it, and pods
+    without GPU count too (`isInvolvedCpuPods: true`; they see all free GPU as a fragment). The
+    shapes, most common first (equal counts: larger CPU, share, count, models first), are kept
+    until they cover `popularity_pct`% of the pods, and their weights renormalised. Weights are
+    computed with the artifact's floating-point operations, in its order.
+    """
+    counts: dict[PodShape, float] = {}
+    total = 0.0
+    for shape in shapes:
+        milli = shape.gpu_milli if shape.gpu_count else 0
+        key = PodShape(shape.cpu_milli, 0, shape.gpu_count, milli, shape.gpu_models)
+        counts[key] = counts.get(key, 0.0) + 1.0
+        total += 1.0
+    ranked = sorted(
+        counts.items(),
+        key=lambda kv: (
+            kv[1],
+            kv[0].cpu_milli,
+            kv[0].gpu_milli,
+            kv[0].gpu_count,
+            GPU_MODEL_SEPARATOR.join(kv[0].gpu_models),
+        ),
+        reverse=True,
+    )
+    expected = float(popularity_pct) * total / 100.0
+    covered = 0.0
+    kept = 0
+    while covered < expected and kept < len(ranked):
+        covered += ranked[kept][1]
+        kept += 1
+    if kept == len(ranked):
+        return tuple(TypicalShape(shape, count / total) for shape, count in ranked)
+    share = covered / total
+    return tuple(TypicalShape(shape, (count / total) / share) for shape, count in ranked[:kept])
+
+
+def fgd_fragmentation_milli(
+    gpu_model: str | None,
+    cpu_free_milli: int,
+    devices_free_milli: Sequence[int],
+    typical: Sequence[TypicalShape],
+    memory_free_mib: int | None = None,
+) -> float:
+    """A node's expected fragmented GPU (milli) as the FGD artifact computes it.
+
+    The measure of `node_fragmentation_milli`, added up the way the artifact adds it: each
+    shape's fragment goes to the sum of its case (lacks GPU, lacks CPU, lacks both, satisfied
+    without GPU, lacks CPU without GPU, wrong model), and the case sums are added in that fixed
+    order. Equal states give bit-equal values, so a placement that changes nothing scores exactly
+    the middle score, as in the artifact. Memory counts only when `memory_free_mib` is given
+    (the artifact leaves it out).
+    """
+    free_total = 0
+    for free in devices_free_milli:
+        free_total += free
+    lack_both = lack_gpu = lack_cpu = no_gpu_fits = no_gpu_lacks = no_access = 0.0
+    whole = float(free_total)
+    for item in typical:
+        shape = item.shape
+        weight = item.weight
+        cpu_fits = cpu_free_milli >= shape.cpu_milli and (
+            memory_free_mib is None or memory_free_mib >= shape.memory_mib
+        )
+        if shape.gpu_milli == 0:
+            if cpu_fits:
+                no_gpu_fits += weight * whole
+            else:
+                no_gpu_lacks += weight * whole
+            continue
+        if shape.gpu_models and gpu_model not in shape.gpu_models:
+            no_access += weight * whole
+            continue
+        need = shape.gpu_milli
+        usable = 0
+        small = 0
+        for free in devices_free_milli:
+            if free >= need:
+                usable += 1
+            else:
+                small += free
+        if usable >= shape.gpu_count:
+            if cpu_fits:
+                lack_gpu += weight * float(small)
+            else:
+                lack_cpu += weight * whole
+        elif cpu_fits:
+            lack_gpu += weight * whole
+        else:
+            lack_both += weight * whole
+    total = 0.0
+    for part in (lack_both, lack_gpu, lack_cpu, no_gpu_fits, no_gpu_lacks, no_access):
+        total += part
+    return total
+
+
+def fgd_node_score(before_milli: float, after_milli: float) -> int:
+    """FGD's node score in the artifact: 100·sigmoid((before - after) / 1000), truncated to an
+    integer (0..100; 50 when the fragmentation does not change). Many nodes tie on it."""
+    x = (before_milli - after_milli) / FGD_SCORE_SCALE_MILLI
+    if x < -_EXP_LIMIT:  # exp overflows; in Go it is +Inf and the score 0
+        return 0
+    return int(1.0 / (1.0 + math.exp(-x)) * float(MAX_NODE_SCORE))
 
 
 class FgdPolicy(PlacementPolicy):
-    """Fragmentation gradient descent: where the node's expected fragmentation grows least.
+    """Fragmentation gradient descent, as the paper's artifact runs it.
 
-    With `count_memory` a shape whose memory does not fit counts the node's free GPU as a
-    fragment (as CPU does in the paper). With `stranding_weight` > 0 the measure also charges,
-    at that weight, the free GPU the node's free CPU and memory could not feed at the target
-    workload's average CPU and memory per GPU: FGD alone sees CPU only when a shape stops
-    fitting, so it happily spends CPU on GPU-rich nodes (CPU-only pods land anywhere) until
-    their GPUs are stranded. That fluid term is what lifts our default over FGD.
+    A node scores `fgd_node_score` of its fragmentation (`fgd_fragmentation_milli`, over the
+    target workload the driver passes: `artifact_typical_shapes` for the artifact's) before and
+    after the pod. A sharing pod tries each device with room, in device order, and takes the
+    first with the best score; a pod of whole GPUs takes the lowest-numbered free devices. Ties
+    between nodes are the driver's (`Packer`'s `priority`, as the artifact's scheduler breaks
+    them). With `count_memory` a shape whose memory does not fit is treated as one whose CPU
+    does not fit (off in the artifact).
     """
 
     name = "fgd"
 
-    def __init__(
-        self,
-        typical: Sequence[TypicalShape],
-        count_memory: bool = False,
-        stranding_weight: float = 0.0,
-    ) -> None:
+    def __init__(self, typical: Sequence[TypicalShape], count_memory: bool = False) -> None:
         self._typical = tuple(typical)
         self._count_memory = count_memory
-        self._stranding_weight = stranding_weight
-        gpu = sum(t.weight * t.shape.total_gpu_milli for t in typical) or 1.0
-        self._cpu_per_gpu = sum(t.weight * t.shape.cpu_milli for t in typical) / gpu
-        self._memory_per_gpu = sum(t.weight * t.shape.memory_mib for t in typical) / gpu
         self._memo: dict[tuple[str | None, int, int | None, tuple[int, ...]], float] = {}
 
     def fragmentation(
         self, model: str | None, cpu_free: int, memory_free: int, free: Sequence[int]
     ) -> float:
-        memory = memory_free if self._count_memory or self._stranding_weight else None
+        memory = memory_free if self._count_memory else None
         key = (model, cpu_free, memory, tuple(sorted(free)))
         value = self._memo.get(key)
         if value is None:
-            counted = memory_free if self._count_memory else None
-            value = node_fragmentation_milli(model, cpu_free, key[3], self._typical, counted)
+            value = fgd_fragmentation_milli(model, cpu_free, key[3], self._typical, memory)
+            self._memo[key] = value
+        return value
+
+    def score(self, state: PackingState, node: int, shape: PodShape) -> Scored | None:
+        model = state.nodes[node].gpu_model
+        cpu = state.cpu_free[node]
+        memory = state.memory_free[node]
+        free = state.device_free[node]
+        before = self.fragmentation(model, cpu, memory, free)
+        cpu_after = cpu - shape.cpu_milli
+        memory_after = memory - shape.memory_mib
+        if shape.is_fractional:
+            best: tuple[int, int] | None = None
+            for d, room in enumerate(free):
+                if room < shape.gpu_milli:
+                    continue
+                after = list(free)
+                after[d] -= shape.gpu_milli
+                value = fgd_node_score(
+                    before, self.fragmentation(model, cpu_after, memory_after, after)
+                )
+                if best is None or value > best[0]:
+                    best = (value, d)
+            return None if best is None else (-float(best[0]), (best[1],))
+        devices = tuple(d for d, room in enumerate(free) if room >= MILLI_PER_GPU)
+        devices = devices[: shape.gpu_count]
+        after = list(free)
+        for d in devices:
+            after[d] -= shape.gpu_milli
+        after_value = self.fragmentation(model, cpu_after, memory_after, after)
+        return -float(fgd_node_score(before, after_value)), devices
+
+
+# --- ours --------------------------------------------------------------------------------------
+
+PLAN_PODS = 100_000
+"""How many shares `DevicePlan` packs to find the planned fills (in the shapes' proportions)."""
+PLAN_RANK_STEP = 1000.0
+"""Our default scores a sharing pod rank * this - FGD's score: any rank beats any score (0..100)."""
+
+
+class DevicePlan:
+    """How the target workload's sharing pods fill a device best: the fills of a best-fit-
+    decreasing packing of its shares (a share list in the shapes' proportions, largest first,
+    each into the fullest device it fits). `complete` holds each planned device's total,
+    `partial` every proper part of one (milli-GPU used so far). On the openb default trace: an
+    810 alone, 470 + 470, 650 + 320, 810 + 160, 4 x 230, ...
+    """
+
+    __slots__ = ("complete", "partial")
+
+    def __init__(self, complete: frozenset[int], partial: frozenset[int]) -> None:
+        self.complete = complete
+        self.partial = partial
+
+    @classmethod
+    def of(cls, typical: Sequence[TypicalShape], pods: int = PLAN_PODS) -> DevicePlan:
+        """The plan of `typical`'s sharing shapes: each drawn max(1, round(weight x `pods`))
+        times, the shares packed largest first."""
+        shares = sorted(
+            (
+                item.shape.gpu_milli
+                for item in typical
+                if item.shape.is_fractional
+                for _ in range(max(1, round(item.weight * pods)))
+            ),
+            reverse=True,
+        )
+        # best fit decreasing, with the open devices grouped by how much they hold
+        by_used: dict[int, list[list[int]]] = {}
+        for share in shares:
+            fits = [
+                used for used, group in by_used.items() if group and used + share <= MILLI_PER_GPU
+            ]
+            if fits:
+                used = max(fits)
+                device = by_used[used].pop()
+            else:
+                used, device = 0, []
+            device.append(share)
+            by_used.setdefault(used + share, []).append(device)
+        complete: set[int] = set()
+        partial: set[int] = set()
+        for group in by_used.values():
+            for device in group:
+                complete.add(sum(device))
+                partial.update(_proper_part_sums(device))
+        return cls(frozenset(complete), frozenset(partial))
+
+    def rank(self, free: int, share: int) -> int:
+        """How well putting `share` on a device with `free` milli left follows the plan:
+        0 it completes a planned device, 1 it starts or continues one, 2 it leaves the plan."""
+        used = MILLI_PER_GPU - free
+        on_plan = used == 0 or used in self.partial
+        if on_plan and used + share in self.complete:
+            return 0
+        if on_plan and used + share in self.partial:
+            return 1
+        return 2
+
+
+def _proper_part_sums(device: Sequence[int]) -> set[int]:
+    """The sums of the proper, non-empty sub-multisets of `device`'s shares (all positive)."""
+    sums = {0}
+    for share in device:
+        sums |= {s + share for s in sums}
+    return sums - {0, sum(device)}
+
+
+class DefaultPolicy(PlacementPolicy):
+    """Ours: FGD, as the artifact scores it, over a measure that also sees memory and stranded
+    GPU, with sharing pods steered to planned device fills.
+
+    - The measure (`fragmentation`) is FGD's with memory counted like CPU, plus, at
+      `stranding_weight`, the free GPU the node's free CPU and memory could not feed at the
+      target workload's average CPU and memory per GPU: FGD alone sees CPU only when a shape
+      stops fitting, so it spends CPU on GPU-rich nodes (CPU-only pods land anywhere) until
+      their GPUs are stranded.
+    - A node scores `fgd_node_score` of that measure, FGD's integer score: growth differences
+      below its resolution tie, and ties go to the driver's node priority, which keeps filling
+      the same nodes.
+    - A sharing pod first looks for a device where it completes a planned fill, then for one
+      where it starts or continues one (`DevicePlan`), and only then for others: FGD looks one
+      pod ahead, so it happily leaves 210 free after 470 + 320, which only rare shares fill,
+      where the plan waits for the 470 or 460 that is sure to come.
+    """
+
+    name = "default"
+
+    def __init__(
+        self,
+        typical: Sequence[TypicalShape],
+        stranding_weight: float = DEFAULT_STRANDING_WEIGHT,
+        plan: bool = True,
+    ) -> None:
+        self._typical = tuple(typical)
+        self._stranding_weight = stranding_weight
+        self._plan = DevicePlan.of(typical) if plan else None
+        gpu = sum(t.weight * t.shape.total_gpu_milli for t in typical) or 1.0
+        self._cpu_per_gpu = sum(t.weight * t.shape.cpu_milli for t in typical) / gpu
+        self._memory_per_gpu = sum(t.weight * t.shape.memory_mib for t in typical) / gpu
+        self._memo: dict[tuple[str | None, int, int, tuple[int, ...]], float] = {}
+
+    def fragmentation(
+        self, model: str | None, cpu_free: int, memory_free: int, free: Sequence[int]
+    ) -> float:
+        key = (model, cpu_free, memory_free, tuple(sorted(free)))
+        value = self._memo.get(key)
+        if value is None:
+            value = node_fragmentation_milli(model, cpu_free, key[3], self._typical, memory_free)
             if self._stranding_weight:
                 free_gpu = sum(free)
                 usable = min(
@@ -405,23 +686,28 @@ class FgdPolicy(PlacementPolicy):
         cpu_after = cpu - shape.cpu_milli
         memory_after = memory - shape.memory_mib
         if shape.is_fractional:
-            best: Scored | None = None
-            seen: set[int] = set()
-            for d in state.devices_with_room(node, shape.gpu_milli):
-                if free[d] in seen:
+            best: tuple[int, int, int] | None = None
+            for d, room in enumerate(free):
+                if room < shape.gpu_milli:
                     continue
-                seen.add(free[d])
                 after = list(free)
                 after[d] -= shape.gpu_milli
-                value = self.fragmentation(model, cpu_after, memory_after, after) - before
-                if best is None or value < best[0]:
-                    best = (value, (d,))
-            return best
-        devices = tuple(state.devices_with_room(node, MILLI_PER_GPU)[: shape.gpu_count])
+                value = fgd_node_score(
+                    before, self.fragmentation(model, cpu_after, memory_after, after)
+                )
+                rank = 0 if self._plan is None else self._plan.rank(room, shape.gpu_milli)
+                if best is None or (rank, -value) < (best[0], -best[1]):
+                    best = (rank, value, d)
+            if best is None:
+                return None
+            return float(best[0] * PLAN_RANK_STEP - best[1]), (best[2],)
+        devices = tuple(d for d, room in enumerate(free) if room >= MILLI_PER_GPU)
+        devices = devices[: shape.gpu_count]
         after = list(free)
         for d in devices:
             after[d] -= shape.gpu_milli
-        return self.fragmentation(model, cpu_after, memory_after, after) - before, devices
+        after_value = self.fragmentation(model, cpu_after, memory_after, after)
+        return -float(fgd_node_score(before, after_value)), devices
 
 
 class PolicyName(enum.StrEnum):
@@ -456,21 +742,34 @@ def make_policy(
         return BestFitPolicy(nodes)
     if name is PolicyName.FGD:
         return FgdPolicy(typical)
-    return FgdPolicy(typical, count_memory=True, stranding_weight=DEFAULT_STRANDING_WEIGHT)
+    return DefaultPolicy(typical)
 
 
 class Packer:
-    """Places pods one at a time with a policy, caching node scores per pod shape."""
+    """Places pods one at a time with a policy, caching node scores per pod shape.
+
+    Ties between equally scored nodes go to the node with the lowest `priority` when one is
+    given (a permutation of the nodes, so the same nodes win every tie of a run: how the FGD
+    artifact's scheduler, whose nodes are named after a seeded permutation, reproduces), else to
+    `pick(number of ties)`.
+    """
 
     def __init__(
         self,
         state: PackingState,
         policy: PlacementPolicy,
         pick: Callable[[int], int],
+        priority: Sequence[int] | None = None,
     ) -> None:
+        if priority is not None and len(priority) != len(state.nodes):
+            raise ValueError(
+                f"priority has {len(priority)} entries for {len(state.nodes)} nodes; "
+                "give one per node"
+            )
         self.state = state
         self.policy = policy
         self._pick = pick
+        self._priority = None if priority is None or policy.random_ties else tuple(priority)
         self._scores: dict[PodShape, list[float]] = {}
         self._devices: dict[PodShape, list[tuple[int, ...]]] = {}
         self._seen: dict[PodShape, int] = {}
@@ -508,7 +807,12 @@ class Packer:
         if best == math.inf:
             return None
         ties = [i for i, s in enumerate(scores) if s == best]
-        node = ties[self._pick(len(ties))] if len(ties) > 1 else ties[0]
+        if len(ties) == 1:
+            node = ties[0]
+        elif self._priority is not None:
+            node = min(ties, key=self._priority.__getitem__)
+        else:
+            node = ties[self._pick(len(ties))]
         placement = PackPlacement(node, self.policy.finish(self.state, node, shape, devices[node]))
         self.state.assign(node, placement.devices, shape)
         return placement

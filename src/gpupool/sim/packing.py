@@ -1,23 +1,28 @@
 """The FGD paper's packing experiment, on the core's placement policies.
 
-Protocol (Weng et al., USENIX ATC '23, section 6): the GPU nodes of the openb trace; the pod list
-shuffled by the seed, then resampled with replacement until the pods ask for `inflation` times
-the cluster's GPU capacity; pods arrive one by one and are placed at once or dropped (no
-departures, no queue, no preemption; CPU, memory and GPU model must fit). After every pod the
-arrived and allocated GPU, as a percentage of capacity, form the curve; at the checkpoints
-(90, 95, 100, 130% arrived) we also take the cluster's fragmentation.
+Protocol (Weng et al., USENIX ATC '23, section 6, as its artifact runs it): the GPU nodes of the
+openb trace; the pod list shuffled by the seed, then resampled with replacement until the pods
+ask for `inflation` times the cluster's GPU capacity; pods arrive one by one and are placed at
+once or dropped (no departures, no queue, no preemption; CPU, memory and GPU model must fit).
+Ties between equally scored nodes go to a node priority drawn from the seed, the same for the
+whole run (the artifact's scheduler). After every pod the arrived and allocated GPU and the
+fragmentation form the curves; the value at x% arrived is, as the artifact's analysis takes it,
+the mean over the pods after which round(arrived) = x (`level_means`).
 
-The offline reference packs the same prefix of pods knowing them all in advance: largest GPU
-request first, best fit. It is a feasible packing, so it shows what an online policy leaves on
-the table (the true optimum is at least as high; the trivial bound is min(arrived, 100%)).
+The offline reference packs the same prefix of pods knowing them all in advance: the best of a
+few orders, each with our default policy. It is a feasible packing, so it shows what an online
+policy leaves on the table (the true optimum is at least as high; the trivial bound is
+min(arrived, 100%)).
 """
 
 from __future__ import annotations
 
+import math
 import random
+import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.core.packing import (
@@ -27,6 +32,8 @@ from gpupool.core.packing import (
     PodShape,
     PolicyName,
     TypicalShape,
+    artifact_typical_shapes,
+    fgd_fragmentation_milli,
     make_policy,
     node_fragmentation_milli,
     typical_shapes,
@@ -37,11 +44,14 @@ __all__ = [
     "CHECKPOINTS_PCT",
     "PackingRun",
     "cluster_fragmentation",
+    "level_means",
+    "node_priority",
     "pack_nodes",
     "pod_shape",
     "pod_stream",
     "run_offline",
     "run_packing",
+    "target_workload",
 ]
 
 CHECKPOINTS_PCT = (90, 95, 100, 130)
@@ -99,7 +109,13 @@ def cluster_fragmentation(state: PackingState, typical: Sequence[TypicalShape]) 
 @dataclass(frozen=True, slots=True)
 class PackingRun:
     """One policy, one seed. Percentages are of the cluster's GPU capacity, except
-    `frag_at`, which is the fragmented share of the then idle GPU (the paper's ratio)."""
+    `frag_at`, which is the fragmented share of the then idle GPU (the paper's ratio).
+
+    `arrived_pct` and `allocated_pct` hold one value per pod. `alloc_at` and the other `_at`
+    values are at the checkpoints, `alloc_levels` and `frag_levels` at every whole arrival
+    percent (0, 1, ...): the artifact's values (`level_means`), comparable with its published
+    curves.
+    """
 
     policy: str
     seed: int
@@ -111,6 +127,8 @@ class PackingRun:
     frag_at: dict[int, float]
     frag_of_capacity_at: dict[int, float]
     seconds: float
+    alloc_levels: dict[int, float] = field(default_factory=dict)
+    frag_levels: dict[int, float] = field(default_factory=dict)
 
 
 def _checkpoint_index(arrived_pct: Sequence[float], point: float) -> int:
@@ -119,6 +137,62 @@ def _checkpoint_index(arrived_pct: Sequence[float], point: float) -> int:
         if value >= point - 1e-9:
             return i
     return len(arrived_pct) - 1
+
+
+def level_means(
+    arrived_milli: Sequence[int], values: Sequence[float], gpus: int, top: int
+) -> dict[int, float]:
+    """Per whole arrival percent x in 0..`top`, a per-pod series as the FGD artifact's analysis
+    reads it: the mean of the values after the pods at which round(arrived %) = x, or, when no
+    pod rounds to x, of those that round to x-1..x+1 (`arrived_milli[i]` is the GPU asked for by
+    the first i+1 pods; `gpus` the cluster's). Where no pod comes within a point of x (a coarse
+    trace) the value after the first pod at which x% had arrived stands in. Arrival percents are
+    computed and rounded as the artifact does (milli / GPUs / 10, half to even).
+    """
+    if not arrived_milli:
+        return {}
+    levels = _Levels(arrived_milli, gpus)
+    return {x: statistics.fmean(values[i] for i in levels.rows(x)) for x in range(top + 1)}
+
+
+class _Levels:
+    """Which pods `level_means` averages for each arrival percent."""
+
+    def __init__(self, arrived_milli: Sequence[int], gpus: int) -> None:
+        self._pct = [asked / gpus / 10 for asked in arrived_milli]
+        self._rounded = [round(pct) for pct in self._pct]
+        self._at: dict[int, list[int]] = {}
+        for i, level in enumerate(self._rounded):
+            self._at.setdefault(level, []).append(i)
+
+    def rows(self, x: int) -> list[int]:
+        rows = self._at.get(x)
+        if rows:
+            return rows
+        near = [i for i, level in enumerate(self._rounded) if x - 1 <= level <= x + 1]
+        return near or [_checkpoint_index(self._pct, x)]
+
+
+def node_priority(count: int, seed: int) -> tuple[int, ...]:
+    """Each node's rank in the run's tie-break, drawn from `seed`: a permutation of 0..count-1
+    (the FGD artifact names its nodes after such a permutation; ties to the first reproduce it)."""
+    ranks = list(range(count))
+    random.Random(seed + NODE_PRIORITY_SALT).shuffle(ranks)
+    return tuple(ranks)
+
+
+NODE_PRIORITY_SALT = 2_000_003
+"""Added to the seed for the node priority's generator (the tie-break `pick`'s is 1_000_003), so
+the priority is not the pod shuffle's permutation."""
+
+
+def target_workload(pods: Sequence[TracePod], policy: PolicyName) -> tuple[TypicalShape, ...]:
+    """The typical pod shapes `policy` measures fragmentation against: the FGD artifact's for
+    `fgd` (`artifact_typical_shapes`), for the others every shape of the pods that ask for a
+    GPU, weighted by how often it occurs (`typical_shapes`)."""
+    if policy is PolicyName.FGD:
+        return artifact_typical_shapes(pod_shape(p) for p in pods)
+    return typical_shapes(pod_shape(p) for p in pods if p.total_gpu_milli > 0)
 
 
 def run_packing(
@@ -130,54 +204,77 @@ def run_packing(
     progress: Callable[[int, int], None] | None = None,
 ) -> PackingRun:
     """Pack the seed's pod stream onto `nodes` with `policy`; `progress(done, total)` is called
-    every few hundred pods."""
-    target = [pod_shape(p) for p in pods if p.total_gpu_milli > 0]
-    typical = typical_shapes(target)
+    every few hundred pods.
+
+    The fragmentation reported (`frag_at`, `frag_levels`) is the artifact's for every policy: its
+    measure (`fgd_fragmentation_milli`) over its target workload, whatever `policy` scores by.
+    """
+    measured = artifact_typical_shapes(pod_shape(p) for p in pods)
     state = PackingState(nodes)
     stream = pod_stream(pods, state.capacity_gpu_milli, seed, inflation)
     rng = random.Random(seed + 1_000_003)
     pick = rng.randrange
-    packer = Packer(state, make_policy(policy, nodes, typical, pick), pick)
+    policy_impl = make_policy(policy, nodes, target_workload(pods, policy), pick)
+    packer = Packer(state, policy_impl, pick, node_priority(len(nodes), seed))
     capacity = state.capacity_gpu_milli
-    points = [p for p in CHECKPOINTS_PCT if p <= inflation * 100 + 1e-9]
-    arrived_pct: list[float] = []
+    gpus = capacity // MILLI_PER_GPU
+    memo: dict[tuple[str | None, int, tuple[int, ...]], float] = {}
+
+    def node_fragment(i: int) -> float:
+        key = (state.nodes[i].gpu_model, state.cpu_free[i], tuple(sorted(state.device_free[i])))
+        value = memo.get(key)
+        if value is None:
+            value = fgd_fragmentation_milli(key[0], key[1], key[2], measured)
+            memo[key] = value
+        return value
+
+    fragments = [node_fragment(i) for i in range(len(state.nodes))]
+    fragmented = sum(fragments)
+    arrived_milli: list[int] = []
     allocated_pct: list[float] = []
-    frag_at: dict[int, float] = {}
-    frag_of_capacity_at: dict[int, float] = {}
+    alloc_rows: list[float] = []
+    frag_rows: list[float] = []
+    frag_capacity_rows: list[float] = []
     asked = 0
     placed = 0
     started = time.perf_counter()
     for i, shape in enumerate(stream):
         asked += shape.total_gpu_milli
-        if packer.place(shape) is not None:
+        placement = packer.place(shape)
+        if placement is not None:
             placed += 1
-        arrived = 100.0 * asked / capacity
-        arrived_pct.append(arrived)
-        allocated_pct.append(100.0 * state.allocated_gpu_milli / capacity)
-        last = i == len(stream) - 1
-        while points and (arrived >= points[0] - 1e-9 or last):
-            point = points.pop(0)
-            fragmented = cluster_fragmentation(state, typical)
-            idle = state.idle_gpu_milli()
-            frag_at[point] = 100.0 * fragmented / idle if idle else 0.0
-            frag_of_capacity_at[point] = 100.0 * fragmented / capacity
-        if progress is not None and (i % 500 == 0 or last):
+            before = fragments[placement.node]
+            fragments[placement.node] = node_fragment(placement.node)
+            fragmented += fragments[placement.node] - before
+        used = state.allocated_gpu_milli
+        arrived_milli.append(asked)
+        allocated_pct.append(100.0 * used / capacity)
+        # as the artifact logs and parses them: allocation to 2 decimals, the ratio with %.2f
+        alloc_rows.append(round(used / gpus / 10, 2))
+        idle = state.idle_gpu_milli()
+        frag_rows.append(round(100.0 * fragmented / idle, 2) if idle else 0.0)
+        frag_capacity_rows.append(100.0 * fragmented / capacity)
+        if progress is not None and (i % 500 == 0 or i == len(stream) - 1):
             progress(i + 1, len(stream))
     seconds = time.perf_counter() - started
-    alloc_at = {
-        p: allocated_pct[_checkpoint_index(arrived_pct, p)] for p in CHECKPOINTS_PCT if p in frag_at
-    }
+    top = max(math.floor(100 * asked / capacity + 1e-9), round(inflation * 100))
+    alloc_levels = level_means(arrived_milli, alloc_rows, gpus, top)
+    frag_levels = level_means(arrived_milli, frag_rows, gpus, top)
+    frag_capacity_levels = level_means(arrived_milli, frag_capacity_rows, gpus, top)
+    points = [p for p in CHECKPOINTS_PCT if p <= inflation * 100 + 1e-9]
     return PackingRun(
         policy=str(policy),
         seed=seed,
         pods=len(stream),
         placed=placed,
-        arrived_pct=tuple(arrived_pct),
+        arrived_pct=tuple(100.0 * a / capacity for a in arrived_milli),
         allocated_pct=tuple(allocated_pct),
-        alloc_at=alloc_at,
-        frag_at=frag_at,
-        frag_of_capacity_at=frag_of_capacity_at,
+        alloc_at={p: alloc_levels[p] for p in points if p in alloc_levels},
+        frag_at={p: frag_levels[p] for p in points if p in frag_levels},
+        frag_of_capacity_at={p: frag_capacity_levels[p] for p in points if p in frag_levels},
         seconds=seconds,
+        alloc_levels=alloc_levels,
+        frag_levels=frag_levels,
     )
 
 
@@ -190,32 +287,42 @@ OFFLINE_ORDERS: dict[str, Callable[[PodShape], tuple[int, ...]] | None] = {
 
 
 def run_offline(
-    nodes: Sequence[PackNode], pods: Sequence[TracePod], seed: int, inflation: float = 1.3
+    nodes: Sequence[PackNode],
+    pods: Sequence[TracePod],
+    seed: int,
+    inflation: float = 1.3,
+    points: Sequence[int] = CHECKPOINTS_PCT,
 ) -> dict[int, float]:
     """Allocated GPU % at each checkpoint when the pods that had arrived by then are packed
-    knowing them all: the best of `OFFLINE_ORDERS`, each placed with our default policy.
+    knowing them all: the best of `OFFLINE_ORDERS`, each placed with our default policy and the
+    run's node priority.
 
-    A feasible packing, so a lower bound on the optimum; min(arrived, 100) bounds it above.
+    "Arrived by then" is every pod `level_means` averages over at that checkpoint (up to the
+    last of them), so the arrival order, one of the orders tried, reproduces the online default
+    run and the reference is never below its `alloc_at`. A feasible packing, so a lower bound on
+    the optimum; min(arrived, 100) bounds it above. Only the checkpoints in `points` are
+    packed for.
     """
-    target = [pod_shape(p) for p in pods if p.total_gpu_milli > 0]
-    typical = typical_shapes(target)
+    typical = target_workload(pods, PolicyName.DEFAULT)
     capacity = sum(n.gpu_count for n in nodes) * MILLI_PER_GPU
     stream = pod_stream(pods, capacity, seed, inflation)
-    arrived_pct: list[float] = []
+    arrived_milli: list[int] = []
     asked = 0
     for shape in stream:
         asked += shape.total_gpu_milli
-        arrived_pct.append(100.0 * asked / capacity)
+        arrived_milli.append(asked)
+    levels = _Levels(arrived_milli, capacity // MILLI_PER_GPU)
+    priority = node_priority(len(nodes), seed)
     result: dict[int, float] = {}
-    for point in CHECKPOINTS_PCT:
+    for point in points:
         if point > inflation * 100 + 1e-9:
             continue
-        prefix = stream[: _checkpoint_index(arrived_pct, point) + 1]
+        prefix = stream[: max(levels.rows(point)) + 1]
         best = 0.0
         for order in OFFLINE_ORDERS.values():
             state = PackingState(nodes)
             policy = make_policy(PolicyName.DEFAULT, nodes, typical, _first)
-            packer = Packer(state, policy, _first)
+            packer = Packer(state, policy, _first, priority)
             for shape in prefix if order is None else sorted(prefix, key=order):
                 packer.place(shape)
             best = max(best, 100.0 * state.allocated_gpu_milli / capacity)
@@ -224,5 +331,5 @@ def run_offline(
 
 
 def _first(count: int) -> int:
-    """A deterministic tie-break for the offline packings: the lowest-numbered node."""
+    """The offline packings' `pick` (their ties go to the node priority): the first."""
     return 0

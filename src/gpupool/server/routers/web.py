@@ -3,9 +3,12 @@ JavaScript modules shipped inside the package; no build step). The page reads th
 `/api/v1` as the CLI, with the session cookie of `POST /api/v1/session`.
 
 Every answer carries a strict Content-Security-Policy (scripts, styles and connections from
-this origin only; no inline code; never framed). There are no content-hashed file names, so
-files are revalidated on each load (`Cache-Control: no-cache` with an ETag): an upgraded server
-never runs a browser on a mix of old and new modules, and an unchanged file costs a 304.
+this origin only; no inline code; never framed). The page itself is revalidated on each load
+(`Cache-Control: no-cache` with an ETag) and names its files under a version, a hash of all of
+them (`/static/v1a2b.../app.js`; modules import each other by relative paths, so they stay
+under it): those answers may be kept for good (`immutable`), so a reload asks for nothing but the
+page, and an upgraded server's page names a new version, so a browser never runs a mix of old
+and new modules. An old version is a 404. `/static/app.js` without a version is revalidated.
 """
 
 from __future__ import annotations
@@ -50,9 +53,24 @@ class Asset:
     etag: str
 
 
+def _etag(body: bytes) -> str:
+    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
 @cache
 def assets() -> dict[str, Asset]:
     """Every file of the dashboard by URL path (`/`, `/static/app.js`), read once."""
+    return _read()[0]
+
+
+@cache
+def version() -> str:
+    """The files' version: a hash of every file under `/static/`."""
+    return _read()[1]
+
+
+@cache
+def _read() -> tuple[dict[str, Asset], str]:
     root = resources.files("gpupool.server") / "web"
     found: dict[str, Asset] = {}
 
@@ -65,23 +83,24 @@ def assets() -> dict[str, Asset]:
             if suffix not in CONTENT_TYPES:
                 continue
             body = entry.read_bytes()
-            etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-            found[prefix + entry.name] = Asset(body, CONTENT_TYPES[suffix], etag)
+            found[prefix + entry.name] = Asset(body, CONTENT_TYPES[suffix], _etag(body))
 
     walk(root / "static", "/static/")
-    index = root / "index.html"
-    body = index.read_bytes()
-    found["/"] = Asset(
-        body, CONTENT_TYPES[".html"], '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-    )
-    return found
+    files = hashlib.sha256()
+    for path, asset in sorted(found.items()):
+        files.update(f"{path} {asset.etag}\n".encode())
+    current = "v" + files.hexdigest()[:16]
+    body = (root / "index.html").read_bytes().replace(b'"/static/', f'"/static/{current}/'.encode())
+    found["/"] = Asset(body, CONTENT_TYPES[".html"], _etag(body))
+    return found, current
 
 
-def _serve(request: Request, path: str) -> Response:
+def _serve(request: Request, path: str, immutable: bool = False) -> Response:
     asset = assets().get(path)
     if asset is None:
         raise not_found("file", path, "the dashboard is at / (its files under /static/)")
-    headers = {**SECURITY_HEADERS, "Cache-Control": "no-cache", "ETag": asset.etag}
+    cache_control = "public, max-age=31536000, immutable" if immutable else "no-cache"
+    headers = {**SECURITY_HEADERS, "Cache-Control": cache_control, "ETag": asset.etag}
     if asset.etag in request.headers.get("if-none-match", ""):
         return Response(status_code=304, headers=headers)
     body = b"" if request.method == "HEAD" else asset.body
@@ -98,4 +117,7 @@ async def page(request: Request) -> Response:
 
 @router.api_route("/static/{path:path}", methods=["GET", "HEAD"])
 async def static(path: str, request: Request) -> Response:
+    named, _, rest = path.partition("/")
+    if named == version() and rest:
+        return _serve(request, "/static/" + rest, immutable=True)
     return _serve(request, "/static/" + path)
