@@ -528,7 +528,7 @@ class FgdPolicy(PlacementPolicy):
         cpu_after = cpu - shape.cpu_milli
         memory_after = memory - shape.memory_mib
         if shape.is_fractional:
-            best: tuple[int, int] | None = None
+            best: tuple[int, int, int] | None = None
             for d, room in enumerate(free):
                 if room < shape.gpu_milli:
                     continue
@@ -537,9 +537,12 @@ class FgdPolicy(PlacementPolicy):
                 value = fgd_node_score(
                     before, self.fragmentation(model, cpu_after, memory_after, after)
                 )
-                if best is None or value > best[0]:
-                    best = (value, d)
-            return None if best is None else (-float(best[0]), (best[1],))
+                rank = self._device_rank(room, shape.gpu_milli)
+                if best is None or (rank, -value) < (best[0], -best[1]):
+                    best = (rank, value, d)
+            if best is None:
+                return None
+            return float(best[0] * PLAN_RANK_STEP - best[1]), (best[2],)
         devices = tuple(d for d, room in enumerate(free) if room >= MILLI_PER_GPU)
         devices = devices[: shape.gpu_count]
         after = list(free)
@@ -547,6 +550,11 @@ class FgdPolicy(PlacementPolicy):
             after[d] -= shape.gpu_milli
         after_value = self.fragmentation(model, cpu_after, memory_after, after)
         return -float(fgd_node_score(before, after_value)), devices
+
+    def _device_rank(self, free_milli: int, share_milli: int) -> int:
+        """Which devices a sharing pod tries first (lower first; FGD's score decides within a
+        rank). FGD has one rank: the first device with the best score wins."""
+        return 0
 
 
 # --- ours --------------------------------------------------------------------------------------
@@ -625,7 +633,7 @@ def _proper_part_sums(device: Sequence[int]) -> set[int]:
     return sums - {0, sum(device)}
 
 
-class DefaultPolicy(PlacementPolicy):
+class DefaultPolicy(FgdPolicy):
     """Ours: FGD, as the artifact scores it, over a measure that also sees memory and stranded
     GPU, with sharing pods steered to planned device fills.
 
@@ -651,13 +659,12 @@ class DefaultPolicy(PlacementPolicy):
         stranding_weight: float = DEFAULT_STRANDING_WEIGHT,
         plan: bool = True,
     ) -> None:
-        self._typical = tuple(typical)
+        super().__init__(typical, count_memory=True)
         self._stranding_weight = stranding_weight
         self._plan = DevicePlan.of(typical) if plan else None
         gpu = sum(t.weight * t.shape.total_gpu_milli for t in typical) or 1.0
         self._cpu_per_gpu = sum(t.weight * t.shape.cpu_milli for t in typical) / gpu
         self._memory_per_gpu = sum(t.weight * t.shape.memory_mib for t in typical) / gpu
-        self._memo: dict[tuple[str | None, int, int, tuple[int, ...]], float] = {}
 
     def fragmentation(
         self, model: str | None, cpu_free: int, memory_free: int, free: Sequence[int]
@@ -677,37 +684,8 @@ class DefaultPolicy(PlacementPolicy):
             self._memo[key] = value
         return value
 
-    def score(self, state: PackingState, node: int, shape: PodShape) -> Scored | None:
-        model = state.nodes[node].gpu_model
-        cpu = state.cpu_free[node]
-        memory = state.memory_free[node]
-        free = state.device_free[node]
-        before = self.fragmentation(model, cpu, memory, free)
-        cpu_after = cpu - shape.cpu_milli
-        memory_after = memory - shape.memory_mib
-        if shape.is_fractional:
-            best: tuple[int, int, int] | None = None
-            for d, room in enumerate(free):
-                if room < shape.gpu_milli:
-                    continue
-                after = list(free)
-                after[d] -= shape.gpu_milli
-                value = fgd_node_score(
-                    before, self.fragmentation(model, cpu_after, memory_after, after)
-                )
-                rank = 0 if self._plan is None else self._plan.rank(room, shape.gpu_milli)
-                if best is None or (rank, -value) < (best[0], -best[1]):
-                    best = (rank, value, d)
-            if best is None:
-                return None
-            return float(best[0] * PLAN_RANK_STEP - best[1]), (best[2],)
-        devices = tuple(d for d, room in enumerate(free) if room >= MILLI_PER_GPU)
-        devices = devices[: shape.gpu_count]
-        after = list(free)
-        for d in devices:
-            after[d] -= shape.gpu_milli
-        after_value = self.fragmentation(model, cpu_after, memory_after, after)
-        return -float(fgd_node_score(before, after_value)), devices
+    def _device_rank(self, free_milli: int, share_milli: int) -> int:
+        return 0 if self._plan is None else self._plan.rank(free_milli, share_milli)
 
 
 class PolicyName(enum.StrEnum):
