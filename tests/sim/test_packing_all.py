@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from tiny_trace import NODES_CSV, PODS_CSV
 from typer.testing import CliRunner
 
 from gpupool.cli.main import app
@@ -16,22 +17,6 @@ from gpupool.sim.fgd_refs import ALLOC_FILE, FGD_POLICY, load_published_fgd, pod
 from gpupool.sim.openb import GPU_NODE_LIST_FILE, load_nodes, load_pods
 from gpupool.sim.packing import PackingRun, pack_nodes, run_offline, run_packing
 from gpupool.sim.packing_report import PackingJob, grid_run, published_mean_curve, run_job
-
-NODES_CSV = """sn,cpu_milli,memory_mib,gpu,model
-n0,32000,131072,4,A
-n1,32000,131072,4,A
-n2,16000,65536,2,B
-n3,8000,32768,0,
-"""
-
-PODS_CSV = """name,cpu_milli,memory_mib,num_gpu,gpu_milli
-p0,4000,8192,1,1000
-p1,2000,4096,1,500
-p2,2000,4096,1,250
-p3,8000,16384,2,1000
-p4,1000,2048,0,0
-p5,4000,8192,1,700
-"""
 
 LEVELS = ",".join(str(i) for i in range(131))
 

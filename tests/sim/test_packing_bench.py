@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tiny_trace import NODES_CSV, PODS_CSV
 from typer.testing import CliRunner
 
 from gpupool.cli.main import app
@@ -19,22 +20,6 @@ from gpupool.sim.packing import (
     run_offline,
     run_packing,
 )
-
-NODES_CSV = """sn,cpu_milli,memory_mib,gpu,model
-n0,32000,131072,4,A
-n1,32000,131072,4,A
-n2,16000,65536,2,B
-n3,8000,32768,0,
-"""
-
-PODS_CSV = """name,cpu_milli,memory_mib,num_gpu,gpu_milli
-p0,4000,8192,1,1000
-p1,2000,4096,1,500
-p2,2000,4096,1,250
-p3,8000,16384,2,1000
-p4,1000,2048,0,0
-p5,4000,8192,1,700
-"""
 
 
 @pytest.fixture
