@@ -23,6 +23,7 @@ when `run_cycle` does not exist.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import importlib
 import itertools
@@ -115,10 +116,18 @@ GC_MODES = ("on", "freeze", "off")
 
 
 def measure(
-    nodes: int, seed: int, repeat: int, run_cycle: RunCycle, gc_mode: str = "on"
+    nodes: int,
+    seed: int,
+    repeat: int,
+    run_cycle: RunCycle,
+    gc_mode: str = "on",
+    placement: str = "binpack",
 ) -> SizeResult:
     t0 = time.perf_counter()
     snapshot = build_snapshot(nodes, seed)
+    snapshot = dataclasses.replace(
+        snapshot, settings=dataclasses.replace(snapshot.settings, placement=placement)
+    )
     generate_s = time.perf_counter() - t0
     stats = snapshot_stats(snapshot)
 
@@ -364,6 +373,11 @@ def main(argv: list[str] | None = None) -> int:
         default="on",
         help="garbage collector during the timed cycles (default: on)",
     )
+    parser.add_argument(
+        "--placement",
+        default="binpack",
+        help="placement policy (binpack, default, fgd, ...; the server runs default)",
+    )
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
     args = parser.parse_args(argv)
     if args.repeat < 1:
@@ -379,13 +393,16 @@ def main(argv: list[str] | None = None) -> int:
     results: list[SizeResult] = []
     for nodes in args.nodes:
         with console.status(f"{nodes:,} nodes..."):
-            results.append(measure(nodes, args.seed, args.repeat, run_cycle, args.gc))
+            results.append(
+                measure(nodes, args.seed, args.repeat, run_cycle, args.gc, args.placement)
+            )
 
     if args.json:
         payload = {
             "seed": args.seed,
             "repeat": args.repeat,
             "gc": args.gc,
+            "placement": args.placement,
             "python": sys.version.split()[0],
             "results": [asdict(r) for r in results],
             "targets": targets(results),

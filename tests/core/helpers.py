@@ -196,7 +196,7 @@ def snapshot(
     workloads: Iterable[Workload],
     *,
     now_s: int = 0,
-    placement: PlacementStrategy = PlacementStrategy.BINPACK,
+    placement: str = PlacementStrategy.BINPACK,
     seq_from_order: bool = True,
 ) -> Snapshot:
     """A snapshot. With `seq_from_order`, the list order of `workloads` is submission order."""

@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpupool.core.packing import (
-    BestFitPolicy,
     DevicePlan,
     FgdPolicy,
     Packer,
@@ -27,6 +26,7 @@ from gpupool.core.packing import (
     node_fragmentation_milli,
     typical_shapes,
 )
+from gpupool.core.policies.best_fit import BestFitPolicy
 
 EXAMPLES = int(os.environ.get("GPUPOOL_PROPERTY_EXAMPLES", "200"))
 

@@ -38,7 +38,6 @@ from gpupool.core.model import (
     GpuRequestKind,
     Limits,
     Node,
-    PlacementStrategy,
     Project,
     Resources,
     SchedulerSettings,
@@ -51,6 +50,7 @@ from gpupool.core.model import (
     Workload,
     WorkloadType,
 )
+from gpupool.core.policies import policy_names
 
 from .helpers import (
     check_decisions,
@@ -332,7 +332,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         projects=projects,
         workloads=tuple(out),
         now_s=NOW_S,
-        settings=SchedulerSettings(placement=draw(st.sampled_from(list(PlacementStrategy)))),
+        settings=SchedulerSettings(placement=draw(st.sampled_from(policy_names()))),
     )
 
 

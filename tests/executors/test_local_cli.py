@@ -76,7 +76,7 @@ def test_two_half_gpu_workloads_share_one_device(cli: Cli) -> None:
             "--",
             sys.executable,
             "-c",
-            f"{show}; import time; time.sleep(30)",
+            f"{show}; import time; time.sleep(300)",  # ends with the test, even on a slow machine
         )
     wait_for(lambda: "devices=" in cli.log("half-a") and "devices=" in cli.log("half-b"))
     first = cli.log("half-a").splitlines()[0]

@@ -16,6 +16,7 @@ from gpupool.sim.openb import TracePod, load_nodes, load_pods
 from gpupool.sim.packing import (
     cluster_fragmentation,
     pack_nodes,
+    parse_policy,
     pod_stream,
     run_offline,
     run_packing,
@@ -145,7 +146,7 @@ def test_cli_table_writes_the_plot(trace: tuple[Path, Path], tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--policy", "tetris"], "unknown policy 'tetris'"),
+        (["--policy", "tetris"], "no placement policy is called 'tetris'"),
         (["--seeds", "a,b"], "not a comma-separated list of integers"),
         (["--inflation", "9"], "outside 0.5..3.0"),
     ],
@@ -167,3 +168,25 @@ def test_cli_malformed_pods_name_file_and_line(trace: tuple[Path, Path], tmp_pat
     )
     assert result.exit_code == 2
     assert f"{bad}:5: gpu_milli" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("spec", ["binpack@4", "default@16", "fgd@2", "spread@1"])
+def test_the_cycles_placer_packs_the_same_stream(trace: tuple[Path, Path], spec: str) -> None:
+    """`NAME@K`: the pods go through the scheduling cycle's placer (a session over the nodes);
+    every placement is one the node could hold, and the run is labelled as such."""
+    nodes = pack_nodes(load_nodes(trace[0]))
+    pods = load_pods(trace[1])
+    run = run_packing(nodes, pods, spec, seed=5, inflation=1.3)
+    assert run.policy == spec
+    assert 0 < run.placed <= run.pods
+    assert 0 < run.allocated_pct[-1] <= 100.0
+    assert list(run.allocated_pct) == sorted(run.allocated_pct)  # nothing leaves
+
+
+def test_a_bad_policy_spec_says_what_is_wrong() -> None:
+    with pytest.raises(ValueError, match="no placement policy is called 'nope'"):
+        parse_policy("nope")
+    with pytest.raises(ValueError, match="a positive integer"):
+        parse_policy("default@x")
+    assert parse_policy("pack@3") == ("binpack", 3)
+    assert parse_policy("fgd") == ("fgd", None)

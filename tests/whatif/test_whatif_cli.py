@@ -74,6 +74,20 @@ def test_all_project_scenarios_through_the_cli() -> None:
     assert f"{len(SCENARIO_FILES)} file(s): {len(SCENARIO_FILES)} passed" in output
 
 
+@pytest.mark.parametrize("placement", ["default", "fgd", "spread"])
+def test_every_project_scenario_holds_under_the_servers_policies(placement: str) -> None:
+    """The scenarios' expectations are about who runs and who waits, not which node: they hold
+    whichever placement policy places the work (`--placement` replaces each file's)."""
+    code, output = invoke("--placement", placement, *SCENARIO_FILES)
+    assert code == 0, output
+
+
+def test_an_unknown_placement_policy_is_refused(files: dict[str, Path]) -> None:
+    code, output = invoke("--placement", "tetris", files["passing"])
+    assert code == 2
+    assert "no placement policy is called 'tetris'; choose one of:" in " ".join(output.split())
+
+
 def test_exit_0_when_expectations_hold(files: dict[str, Path]) -> None:
     code, output = invoke(files["passing"])
     assert code == 0

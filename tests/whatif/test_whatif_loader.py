@@ -395,7 +395,7 @@ def test_conversion_to_core_objects() -> None:
           - {at: 40, expect: {running: [big]}}
         """
     )
-    assert scenario.settings.placement is PlacementStrategy.SPREAD
+    assert scenario.settings.placement == PlacementStrategy.SPREAD
     assert scenario.grace_period_s == 30
     assert [n.name for n in scenario.nodes] == ["node-1", "node-2"]
     assert scenario.nodes[1].gpu_memory_mib == 40960

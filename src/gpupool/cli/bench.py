@@ -31,6 +31,7 @@ from rich.table import Table
 from gpupool.cli.bench_fgd import fgd_check
 from gpupool.cli.terminal import output_console
 from gpupool.core.packing import PackNode, PolicyName
+from gpupool.core.policies import policy_names
 from gpupool.sim.fgd_refs import (
     ALLOC_FILE,
     PUBLISHED_SEEDS,
@@ -49,7 +50,7 @@ from gpupool.sim.openb import (
     load_nodes,
     load_pods,
 )
-from gpupool.sim.packing import PackingRun, pack_nodes, run_offline, run_packing
+from gpupool.sim.packing import PackingRun, pack_nodes, parse_policy, run_offline, run_packing
 from gpupool.sim.packing_report import (
     BOUND_AT,
     JOB_WEIGHT,
@@ -76,28 +77,33 @@ bench_app = typer.Typer(
 bench_app.command("fgd-check")(fgd_check)
 
 POLICY_ORDER = tuple(PolicyName)
-ALL_POLICIES = (PolicyName.FGD, PolicyName.DEFAULT)
+ALL_POLICIES = (str(PolicyName.FGD), str(PolicyName.DEFAULT), f"{PolicyName.DEFAULT}@16")
+"""--all: faithful FGD, our default as the paper's protocol places it (every node scored), and
+our default as the server places it (16 candidates per kind, the default of the settings)."""
 DEFAULT_INFLATION = 1.3
 RESULTS_MD = "results.md"
 RESULTS_JSON = "results.json"
 CURVES_PNG = "curves.png"
 
 
-def _policies(value: str) -> list[PolicyName]:
+def _policies(value: str) -> list[str]:
+    """Registered policy names (`binpack`, `fgd`, `default`, ...), each optionally `@K`: placed
+    by the scheduling cycle's placer scoring K candidates, as the server does; or `all` (the
+    FGD paper's policies and ours)."""
     names = [v.strip() for v in value.split(",") if v.strip()]
     if names == ["all"]:
-        return list(POLICY_ORDER)
-    known = ", ".join(str(p) for p in POLICY_ORDER)
-    chosen: list[PolicyName] = []
+        return [str(p) for p in POLICY_ORDER]
+    chosen: list[str] = []
     for name in names:
         try:
-            chosen.append(PolicyName(name))
-        except ValueError:
+            base, candidates = parse_policy(name)
+        except ValueError as error:
             raise typer.BadParameter(
-                f"unknown policy {name!r}; choose from {known}, or 'all'"
+                f"{error} (NAME@16 places as the server does; 'all' for the paper's policies)"
             ) from None
+        chosen.append(base if candidates is None else f"{base}@{candidates}")
     if not chosen:
-        raise typer.BadParameter(f"name at least one policy: {known}, or 'all'")
+        raise typer.BadParameter("name at least one policy: " + ", ".join(policy_names()))
     return list(dict.fromkeys(chosen))
 
 
@@ -134,8 +140,11 @@ def packing(
         str | None,
         typer.Option(
             "--policy",
-            help="Policy, a comma-separated list, or 'all' (default: default; with --all: "
-            "fgd,default): " + ", ".join(str(p) for p in POLICY_ORDER),
+            help="Policies, comma-separated: any registered placement policy ("
+            + ", ".join(policy_names())
+            + "); NAME@K places through the scheduling cycle's placer scoring K candidates, "
+            "as the server does; 'all' for the FGD paper's and ours (default: default; with "
+            "--all: " + ",".join(ALL_POLICIES) + ")",
         ),
     ] = None,
     seeds: Annotated[
@@ -274,7 +283,7 @@ def _in(folder: Path | None, name: str) -> Path:
 def _run_all(
     nodes: Sequence[PackNode],
     pods: Sequence[TracePod],
-    policies: list[PolicyName],
+    policies: list[str],
     seeds: list[int],
     inflation: float,
     console: Console,
@@ -339,7 +348,7 @@ def _packing_all(
     *,
     nodes_file: Path | None,
     pods_file: Path | None,
-    policies: list[PolicyName],
+    policies: list[str],
     seed_list: list[int],
     inflation: float,
     offline: bool,
@@ -548,7 +557,7 @@ def _meta(
 
 
 def _command(
-    policies: list[PolicyName],
+    policies: list[str],
     seeds: list[int],
     variants: list[str],
     inflation: float,

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpupool.cli.terminal import output_console
-from gpupool.core.packing import PolicyName
+from gpupool.core.policies import policy_names
 from gpupool.sim.fgd_refs import (
     PUBLISHED_SEEDS,
     VARIANTS,
@@ -76,7 +76,7 @@ def fgd_check(
     mean curves at any arrival level. Exit status 2 on a bad option or a missing file.
     """
     chosen = _names(variants, VARIANTS, "variant")
-    policies = [PolicyName(p) for p in _names(policy, tuple(PolicyName), "policy")]
+    policies = _names(policy, policy_names(), "policy")
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:

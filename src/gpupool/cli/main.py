@@ -3,6 +3,7 @@ the commands that talk to a server, in `gpupool.cli.cluster`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import traceback
 from pathlib import Path
@@ -18,6 +19,8 @@ from gpupool.cli.cluster import register as register_cluster_commands
 from gpupool.cli.server_cmd import register as register_server
 from gpupool.cli.terminal import output_console
 from gpupool.cli.up import register as register_up
+from gpupool.core.model import SchedulerSettings
+from gpupool.core.policies import canonical_name
 from gpupool.sim.cluster import Policy, default_cluster, load_cluster
 from gpupool.sim.compare import compare_policies, format_duration_s, summary_json
 from gpupool.sim.console import print_summary
@@ -47,13 +50,20 @@ def main() -> None:
     """Pool the GPUs of many machines and share them by policy."""
 
 
-def run_file(path: Path, cycle: CycleFunction | None = None) -> FileOutcome:
-    """Load and run one scenario file; malformed files and scheduler errors become outcomes."""
+def run_file(
+    path: Path, cycle: CycleFunction | None = None, placement: str | None = None
+) -> FileOutcome:
+    """Load and run one scenario file; malformed files and scheduler errors become outcomes.
+    `placement` replaces the file's placement policy."""
     shown = str(path)
     try:
         scenario = load_scenario(path)
     except ScenarioError as error:
         return FileOutcome(shown, error=error)
+    if placement is not None:
+        scenario = dataclasses.replace(
+            scenario, settings=dataclasses.replace(scenario.settings, placement=placement)
+        )
     try:
         result = run_scenario(scenario, cycle)
     except Exception as exc:  # a scheduler bug must not hide the other files' results
@@ -72,13 +82,26 @@ def what_if(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print one JSON document (a list, one entry per file).")
     ] = False,
+    placement: Annotated[
+        str | None,
+        typer.Option(
+            "--placement",
+            help="Run under this placement policy instead of each file's (what would it change?).",
+        ),
+    ] = None,
 ) -> None:
     """Run scenario files through the scheduler and check their expectations.
 
     Exit status: 0 every expectation holds, 1 an expectation failed,
     2 a file is malformed (wins over 1), 3 the scheduler itself raised an error (a bug).
     """
-    outcomes = [run_file(path) for path in files]
+    if placement is not None:
+        try:
+            placement = canonical_name(placement)
+        except ValueError as error:
+            typer.secho(f"error: {error}", fg="red", err=True)
+            raise typer.Exit(2) from None
+    outcomes = [run_file(path, placement=placement) for path in files]
     if json_output:
         typer.echo(json.dumps([outcome_json(o) for o in outcomes], indent=2))
     else:
@@ -127,6 +150,13 @@ def simulate(
             help="Policy to simulate; repeat to compare (default: static and guaranteed).",
         ),
     ] = None,
+    placement: Annotated[
+        str,
+        typer.Option(
+            "--placement",
+            help="Placement policy, as the server's --placement (default: the server's default).",
+        ),
+    ] = "default",
     checkpoint_interval_s: Annotated[
         int,
         typer.Option(
@@ -188,8 +218,14 @@ def simulate(
         fail(str(error))
     except ValueError as error:
         fail(str(error))
+    try:
+        scheduler = SchedulerSettings(placement=canonical_name(placement))
+    except ValueError as error:
+        fail(str(error))
     settings = EngineSettings(
-        checkpoint_interval_s=checkpoint_interval_s, min_cycle_interval_s=min_cycle_interval_s
+        checkpoint_interval_s=checkpoint_interval_s,
+        min_cycle_interval_s=min_cycle_interval_s,
+        scheduler=scheduler,
     )
     chosen = list(dict.fromkeys(policies or [Policy.STATIC, Policy.GUARANTEED]))
     estimate_s = max(w.submit_s + w.duration_s for w in workloads)

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from gpupool.core.model import SchedulerSettings
+from gpupool.core.policies import canonical_name
 from gpupool.server.settings import ServerSettings
 
 
@@ -54,6 +55,14 @@ def server(
     max_reclaims_per_cycle: Annotated[
         int, typer.Option(help="Reclaim attempts per cycle (bounds one cycle's work).")
     ] = 1024,
+    placement: Annotated[
+        str,
+        typer.Option(
+            envvar="GPUPOOL_PLACEMENT",
+            help="Placement policy: default (FGD with stranding and planned device fills), "
+            "fgd, binpack, spread, best-fit, ... (docs/packing.md).",
+        ),
+    ] = "default",
     access_log: Annotated[bool, typer.Option(help="Log every request.")] = False,
     metrics_public: Annotated[
         bool,
@@ -180,7 +189,10 @@ def server(
             simulated_nodes=simulated_nodes,
             fake_gpus=fake_gpus,
             stop_tasks_on_shutdown=stop_tasks_on_exit,
-            scheduler=SchedulerSettings(max_reclaim_attempts_per_cycle=max_reclaims_per_cycle),
+            scheduler=SchedulerSettings(
+                placement=canonical_name(placement),
+                max_reclaim_attempts_per_cycle=max_reclaims_per_cycle,
+            ),
             kube=kube,
             metrics_public=metrics_public,
         )

@@ -81,6 +81,13 @@ def up(
         typer.Option(help="Declare devices (4x80G) instead of this machine's GPUs."),
     ] = None,
     demo: Annotated[bool, typer.Option(help="Then run the founding-story demo.")] = False,
+    placement: Annotated[
+        str,
+        typer.Option(
+            envvar="GPUPOOL_PLACEMENT",
+            help="Placement policy (gpupool server --help); default: default.",
+        ),
+    ] = "default",
 ) -> None:
     """Start gpupool on this machine: server, scheduler and local executor in the background."""
     from gpupool.server.process import ServerProcess
@@ -94,6 +101,7 @@ def up(
     else:
         spec, gpus = _gpu_choice(fake_gpus)
         args = ["--executor", "local", "--stop-tasks-on-exit", "--cycle-interval", "0.5"]
+        args += ["--placement", placement]
         if spec:
             args += ["--fake-gpus", spec]
         server = ServerProcess(data_dir, port=port, extra_args=tuple(args))

@@ -16,7 +16,7 @@ from gpupool.core.decisions import Bind, CycleResult, Decision, ProjectShare
 from gpupool.core.fairshare import compute_fair_shares
 from gpupool.core.model import Resources, Snapshot
 from gpupool.core.observer import CycleObserver, NullObserver
-from gpupool.core.placement import Placer, workload_shapes
+from gpupool.core.placement import Placer, cycle_typical
 from gpupool.core.session import Session, WorkState
 
 
@@ -26,7 +26,8 @@ def run_cycle(snapshot: Snapshot, observer: CycleObserver | None = None) -> Cycl
     watch.phase_started("snapshot")
     session = Session(snapshot)
     pending_specs = [w.spec for w in session.works if w.state is WorkState.PENDING]
-    ctx = CycleContext(session, Placer(session, workload_shapes(pending_specs)))
+    typical = cycle_typical(pending_specs, session.max_device_memory_mib)
+    ctx = CycleContext(session, Placer(session, typical))
     watch.phase_finished("snapshot")
 
     watch.phase_started("fair_share")

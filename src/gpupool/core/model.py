@@ -35,7 +35,10 @@ _DEFAULT_PRIORITY = {
 }
 
 
-class PlacementStrategy(enum.Enum):
+class PlacementStrategy(enum.StrEnum):
+    """The two classic policies' names; `SchedulerSettings.placement` takes any registered
+    placement policy's name (`gpupool.core.policies.policy_names()`)."""
+
     BINPACK = "binpack"
     SPREAD = "spread"
 
@@ -297,13 +300,17 @@ class Workload:
 class SchedulerSettings:
     """Policy knobs. The bounds keep the work of one cycle bounded whatever the queue length."""
 
-    placement: PlacementStrategy = PlacementStrategy.BINPACK
+    placement: str = PlacementStrategy.BINPACK
+    """The placement policy's registered name (`gpupool.core.policies`): how candidate nodes and
+    their devices are scored. Scenario files default to bin-pack (format v1); the server to
+    `default`."""
     max_reclaim_attempts_per_cycle: int = 64
     max_victims_per_attempt: int = 64
     max_consolidation_attempts_per_cycle: int = 8
     max_moves_per_consolidation: int = 4
-    fraction_candidates: int = 16
-    """How many candidate devices the fragmentation score compares per fractional task."""
+    placement_candidates: int = 16
+    """How many candidate nodes the policy scores per task, of each kind (nodes with enough
+    empty devices; for a fraction also nodes with an already shared device that fits)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,49 +1,73 @@
-"""Where a task goes: node and devices, using the session's capacity indexes.
+"""Where a task goes: node and devices. One engine for every action of the cycle (allocate,
+consolidate, reclaim, preempt), scored by the registered placement policy the settings name
+(`gpupool.core.policies`; the packing benchmark runs the same classes).
 
-Whole-GPU tasks: bin-pack (the node with the fewest empty devices that still has enough) or
-spread (the most empty devices). Fractions: onto an already shared device before an empty one;
-among the shared candidates (tightest fit first, at most `fraction_candidates` of them) the one
-whose use leaves the cluster least fragmented for the shapes now waiting, fragmentation being
-the FGD paper's: GPU capacity that a task of a given shape could not use.
+The placer finds candidates through the session's capacity indexes and filters them (node
+selector, taints, CPU and memory, devices pinned by bursting fractions); the policy scores each
+candidate node for the task and chooses its devices there.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 
+from gpupool.core.capacity import SessionCapacity
 from gpupool.core.model import (
     MILLI_PER_GPU,
     GpuRequestKind,
-    PlacementStrategy,
     Toleration,
     Workload,
 )
+from gpupool.core.policies import create_policy
+from gpupool.core.policies.base import PodShape, PolicyContext, TypicalShape
 from gpupool.core.session import Session, TaskAlloc, WorkRecord
 
-
-@dataclass(frozen=True, slots=True)
-class TaskShape:
-    """A per-task request as the fragmentation score sees it: whole devices or milli of one."""
-
-    whole_devices: int
-    fraction_milli: int
-    weight: int
+TYPICAL_WEIGHT_STEP = 100
+"""The cycle's target workload weights are rounded to 1/this: the same mix from one cycle to
+the next gives the same target (and the policies' per-target work is kept)."""
 
 
-def workload_shapes(workloads: Iterable[Workload], limit: int = 8) -> tuple[TaskShape, ...]:
-    """The most common task shapes among `workloads`, weighted by task count."""
-    counts: dict[tuple[int, int], int] = {}
+def cycle_typical(
+    workloads: Iterable[Workload], max_device_memory_mib: int
+) -> tuple[TypicalShape, ...]:
+    """The target workload a policy keeps room for: the tasks now waiting, by GPU request, each
+    with the mean CPU and memory of its tasks, weighted by task count (rounded)."""
+    totals: dict[tuple[int, int], list[int]] = {}
     for w in workloads:
-        key = (
-            (w.gpu.amount, 0)
-            if w.gpu.kind is GpuRequestKind.WHOLE
-            else (0, w.gpu.amount if w.gpu.kind is GpuRequestKind.FRACTION else 500)
-        )
-        counts[key] = counts.get(key, 0) + w.tasks
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
-    return tuple(TaskShape(k[0], k[1], c) for k, c in ranked)
+        request = w.gpu
+        if request.kind is GpuRequestKind.WHOLE:
+            key = (request.amount, MILLI_PER_GPU)
+        else:
+            key = (1, request.milli_on(max_device_memory_mib))
+        row = totals.get(key)
+        if row is None:
+            row = totals[key] = [0, 0, 0]
+        row[0] += w.tasks
+        row[1] += w.cpu_milli * w.tasks
+        row[2] += w.memory_mib * w.tasks
+    tasks = sum(row[0] for row in totals.values())
+    shapes: list[TypicalShape] = []
+    for (count, milli), (n, cpu, memory) in sorted(totals.items()):
+        weight = round(n * TYPICAL_WEIGHT_STEP / tasks) / TYPICAL_WEIGHT_STEP
+        if weight > 0:
+            shapes.append(TypicalShape(PodShape(cpu // n, memory // n, count, milli), weight))
+    return tuple(shapes)
+
+
+class _RotatingPick:
+    """The cycle's `pick(n)` for a policy that chooses at random (the benchmark's `random`): the
+    core holds no randomness, so it rotates through the choices from a start the snapshot's time
+    sets, and a cycle stays a function of its snapshot."""
+
+    __slots__ = ("_next",)
+
+    def __init__(self, start: int) -> None:
+        self._next = start
+
+    def __call__(self, count: int) -> int:
+        self._next += 1
+        return self._next % count
 
 
 NodeSelector = tuple[tuple[str, tuple[str, ...]], ...]
@@ -59,9 +83,8 @@ class Placer:
     physically (see `_pin_burst_devices`).
     """
 
-    def __init__(self, session: Session, shapes: tuple[TaskShape, ...]) -> None:
+    def __init__(self, session: Session, typical: tuple[TypicalShape, ...] = ()) -> None:
         self.session = session
-        self.shapes = shapes
         self._selector_nodes: dict[NodeSelector, frozenset[int]] = {}
         self._repelling = tuple(
             i for i, node in enumerate(session.nodes) if any(t.repels for t in node.taints)
@@ -76,6 +99,13 @@ class Placer:
         ] = {}
         self._pins: dict[int, list[tuple[WorkRecord, int, int]]] = {}
         self._pin_burst_devices()
+        self._shapes: dict[tuple[int, int, int, int, GpuRequestKind], PodShape] = {}
+        self.capacity = SessionCapacity(session, self._pinned_now)
+        self._pick = _RotatingPick(session.snapshot.now_s)
+        self.policy = create_policy(
+            session.settings.placement,
+            PolicyContext(tuple(self.capacity.nodes), typical, self._pick),
+        )
 
     # --- node filters ---------------------------------------------------------------------
 
@@ -174,6 +204,9 @@ class Placer:
                     continue
                 self._pins.setdefault(alloc.node, []).append((work, task, alloc.burst_device))
 
+    def _pinned_now(self, node: int) -> set[int]:
+        return self._pinned(node) if node in self._pins else set()
+
     def _pinned(self, node: int) -> set[int]:
         """Devices of `node` that pinned burst tasks still run on."""
         return {device for work, task, device in self._pins[node] if task in work.allocs}
@@ -210,121 +243,144 @@ class Placer:
     ) -> TaskAlloc | None:
         """A placement for one task of `workload`, or None. `excluded` is a node to avoid;
         `max_milli` the most GPU the task may be charged (a memory request costs more on a
-        smaller device)."""
-        if workload.gpu.kind is GpuRequestKind.WHOLE:
-            return self._find_whole(workload, task_index, excluded)
-        return self._find_shared(workload, task_index, excluded, max_milli)
+        smaller device).
+
+        The candidates come from the session's indexes in the policy's order (fewest empty
+        devices first, or most for a loose policy; for a fraction, already shared devices
+        tightest first, then nodes with an empty device), at most `placement_candidates` of
+        each kind, as kube-scheduler scores a bounded share of the feasible nodes; the policy
+        scores each and the lowest score wins, the earlier candidate on a tie."""
+        request = workload.gpu
+        policy = self.policy
+        if request.kind is GpuRequestKind.WHOLE:
+            if request.amount > self.session.max_gpus_per_node:
+                return None
+            limit = 1 if policy.whole_in_offered_order else None
+            candidates = self._whole_candidates(workload, excluded, request.amount, limit)
+        else:
+            if (
+                max_milli is not None
+                and request.kind is GpuRequestKind.FRACTION
+                and request.amount > max_milli
+            ):
+                return None
+            candidates = self._shared_candidates(workload, excluded, max_milli)
+        if not candidates:
+            return None
+        view = self.capacity
+        if policy.random_ties and len(candidates) > 1:
+            first = self._pick(len(candidates))
+            candidates = candidates[first:] + candidates[:first]
+        fixed = None if request.kind is GpuRequestKind.MEMORY else self._shape(workload, 0)
+        best: tuple[float, int, tuple[int, ...], PodShape] | None = None
+        for node in candidates:
+            # the candidates fit (devices, CPU, memory, selector): only the score is asked for
+            shape = fixed or self._shape(workload, node)
+            scored = policy.score(view, node, shape)
+            if scored is None or (best is not None and scored[0] >= best[0]):
+                continue
+            if request.is_shared and not self._memory_fits(workload, node, scored[1]):
+                continue
+            best = (scored[0], node, scored[1], shape)
+        if best is None:
+            return None
+        _, node, devices, shape = best
+        devices = policy.finish(view, node, shape, devices)
+        device_memory = self.session.nodes[node].gpu_memory_mib
+        return TaskAlloc(
+            task_index,
+            node,
+            devices,
+            shape.gpu_milli,
+            request.memory_mib_on(device_memory) if request.is_shared else device_memory,
+        )
+
+    def _shape(self, workload: Workload, node: int) -> PodShape:
+        """The task as a policy sees it on `node` (a memory request's share depends on the
+        node's device memory; node selectors and GPU models are the placer's filters)."""
+        request = workload.gpu
+        if request.kind is GpuRequestKind.MEMORY:
+            milli = request.milli_on(self.session.nodes[node].gpu_memory_mib)
+        else:
+            milli = request.amount if request.is_shared else MILLI_PER_GPU
+        key = (workload.cpu_milli, workload.memory_mib, request.amount, milli, request.kind)
+        shape = self._shapes.get(key)
+        if shape is None:
+            count = 1 if request.is_shared else request.amount
+            shape = self._shapes[key] = PodShape(
+                workload.cpu_milli, workload.memory_mib, count, milli
+            )
+        return shape
+
+    def _memory_fits(self, workload: Workload, node: int, devices: tuple[int, ...]) -> bool:
+        device_memory = self.session.nodes[node].gpu_memory_mib
+        memory = workload.gpu.memory_mib_on(device_memory)
+        used = self.session.device_memory_used[node]
+        return all(used[d] + memory <= device_memory for d in devices)
 
     def _nodes_with_empty(self, at_least: int) -> Iterator[int]:
         s = self.session
         buckets = range(at_least, s.max_gpus_per_node + 1)
-        if s.settings.placement is PlacementStrategy.SPREAD:
+        if self.policy.loose:
             buckets = range(s.max_gpus_per_node, at_least - 1, -1)
         for count in buckets:
             yield from s.nodes_by_empty[count]
 
-    def _find_whole(
-        self, workload: Workload, task_index: int, excluded: int | None
-    ) -> TaskAlloc | None:
-        s = self.session
-        needed = workload.gpu.amount
-        if needed > s.max_gpus_per_node:
-            return None
+    def _whole_candidates(
+        self, workload: Workload, excluded: int | None, needed: int, limit: int | None = None
+    ) -> list[int]:
         allowed = self._allowed(workload)
         pins = self._pins
+        if limit is None:
+            limit = self.session.settings.placement_candidates
+        found: list[int] = []
         for node in self._nodes_with_empty(needed):
             if not self._node_fits(node, workload, allowed, excluded):
                 continue
-            used = s.device_used[node]
             if pins and node in pins:
+                used = self.session.device_used[node]
                 pinned = self._pinned(node)
-                devices = tuple(d for d in range(len(used)) if used[d] == 0 and d not in pinned)
-                if len(devices) < needed:
+                if sum(1 for d in range(len(used)) if used[d] == 0 and d not in pinned) < needed:
                     continue
-                devices = devices[:needed]
-            else:
-                devices = tuple(d for d in range(len(used)) if used[d] == 0)[:needed]
-            memory = s.nodes[node].gpu_memory_mib
-            return TaskAlloc(task_index, node, devices, MILLI_PER_GPU, memory)
-        return None
+            found.append(node)
+            if len(found) >= limit:
+                break
+        return found
 
-    def _find_shared(
-        self, workload: Workload, task_index: int, excluded: int | None, max_milli: int | None
-    ) -> TaskAlloc | None:
+    def _shared_candidates(
+        self, workload: Workload, excluded: int | None, max_milli: int | None
+    ) -> list[int]:
+        """Nodes with an already shared device the task fits on (tightest first), then nodes
+        with an empty device; at most `placement_candidates` of each."""
         s = self.session
         request = workload.gpu
         allowed = self._allowed(workload)
-        pins = self._pins
+        limit = s.settings.placement_candidates
         smallest = request.milli_on(s.max_device_memory_mib)
-        best: TaskAlloc | None = None
-        best_score = 0
-        examined = 0
+        found: dict[int, None] = {}
         keys = s.shared_free_keys
-        start = bisect.bisect_left(keys, smallest)
-        for free in keys[start:]:
-            for node, device in s.shared_by_free[free]:
-                if not self._node_fits(node, workload, allowed, excluded):
+        for free in keys[bisect.bisect_left(keys, smallest) :]:
+            for node, _device in s.shared_by_free[free]:
+                if node in found or not self._node_fits(node, workload, allowed, excluded):
                     continue
-                device_memory = s.nodes[node].gpu_memory_mib
-                milli = request.milli_on(device_memory)
-                memory = request.memory_mib_on(device_memory)
-                if milli > free or s.device_memory_used[node][device] + memory > device_memory:
+                milli = request.milli_on(s.nodes[node].gpu_memory_mib)
+                if milli > free or (max_milli is not None and milli > max_milli):
                     continue
-                if max_milli is not None and milli > max_milli:
-                    continue
-                if pins and node in pins and device in self._pinned(node):
-                    continue
-                score = self._fragmentation_delta(node, device, milli)
-                if best is None or score < best_score:
-                    best = TaskAlloc(task_index, node, (device,), milli, memory)
-                    best_score = score
-                examined += 1
-                if examined >= s.settings.fraction_candidates:
-                    return best
-        if best is not None:
-            return best
+                found[node] = None
+                if len(found) >= limit:
+                    break
+            if len(found) >= limit:
+                break
+        shared = len(found)
         for node in self._nodes_with_empty(1):
-            if not self._node_fits(node, workload, allowed, excluded):
+            if node in found or not self._node_fits(node, workload, allowed, excluded):
                 continue
-            device_memory = s.nodes[node].gpu_memory_mib
-            if max_milli is not None and request.milli_on(device_memory) > max_milli:
+            if max_milli is not None and request.milli_on(s.nodes[node].gpu_memory_mib) > max_milli:
                 continue
-            used = s.device_used[node]
-            if pins and node in pins:
-                pinned = self._pinned(node)
-                idle = [d for d in range(len(used)) if used[d] == 0 and d not in pinned]
-                if not idle:
-                    continue
-                device = idle[0]
-            else:
-                device = used.index(0)
-            return TaskAlloc(
-                task_index,
-                node,
-                (device,),
-                request.milli_on(device_memory),
-                request.memory_mib_on(device_memory),
-            )
-        return None
-
-    def _fragmentation_delta(self, node: int, device: int, milli: int) -> int:
-        """Change in expected fragmentation if `milli` more lands on an already shared device.
-
-        Using a shared device leaves the node's count of empty devices unchanged, so for every
-        whole-GPU shape the fragment shrinks by exactly `milli` whichever candidate is chosen:
-        only fractional shapes tell candidates apart. For those, a device's free part is a
-        fragment when it is smaller than the shape.
-        """
-        free_before = MILLI_PER_GPU - self.session.device_used[node][device]
-        free_after = free_before - milli
-        delta = 0
-        for shape in self.shapes:
-            if shape.whole_devices:
-                continue
-            before = free_before if free_before < shape.fraction_milli else 0
-            after = free_after if free_after < shape.fraction_milli else 0
-            delta += shape.weight * (after - before)
-        return delta
+            found[node] = None
+            if len(found) - shared >= limit:
+                break
+        return list(found)
 
     # --- what the pending reason can say --------------------------------------------------
 

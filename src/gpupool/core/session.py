@@ -142,6 +142,9 @@ class Session:
         self.shared_free_keys: list[int] = []
         self.capacity_gpu_milli = MILLI_PER_GPU * sum(n.gpu_count for n in self.nodes)
         self.used_gpu_milli = 0
+        self.node_tags: list[dict[int, int]] = [{} for _ in self.nodes]
+        """Per node, how many tasks of each size it holds (devices taken; 0 for a shared one):
+        the GPU-clustering policy's affinity."""
         self.burstable_works: dict[int, None] = {}
         """Works with a dynamic fraction (limit above request): the node-level scheduler's."""
 
@@ -236,6 +239,7 @@ class Session:
         work.allocs[alloc.task_index] = alloc
         gpu = alloc.milli_per_device * len(alloc.devices)
         self._charge(work, gpu, 1)
+        self._tag(alloc, 1)
         if spec.gpu.is_burstable:
             self.burstable_works[work.index] = None
 
@@ -251,7 +255,19 @@ class Session:
         self.cpu_free[alloc.node] += work.spec.cpu_milli
         self.memory_free[alloc.node] += work.spec.memory_mib
         self._charge(work, alloc.milli_per_device * len(alloc.devices), -1)
+        self._tag(alloc, -1)
         return alloc
+
+    def _tag(self, alloc: TaskAlloc, sign: int) -> None:
+        if not alloc.devices:
+            return
+        tag = 0 if alloc.milli_per_device < MILLI_PER_GPU else len(alloc.devices)
+        tags = self.node_tags[alloc.node]
+        count = tags.get(tag, 0) + sign
+        if count:
+            tags[tag] = count
+        else:
+            del tags[tag]
 
     def _charge(self, work: WorkRecord, gpu_milli: int, sign: int) -> None:
         spec = work.spec

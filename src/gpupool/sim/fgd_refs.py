@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpupool.core.packing import PackNode, PolicyName
+from gpupool.core.packing import PackNode
 from gpupool.sim.openb import TracePod
 from gpupool.sim.packing import run_offline, run_packing
 
@@ -150,7 +150,7 @@ def compare(
     nodes: Sequence[PackNode],
     pods: Sequence[TracePod],
     variant: str,
-    policy: PolicyName,
+    policy: str,
     seeds: Sequence[int],
     published: PublishedFgd,
     offline: bool = False,

@@ -38,6 +38,8 @@ from gpupool.core.packing import (
     node_fragmentation_milli,
     typical_shapes,
 )
+from gpupool.core.policies import canonical_name
+from gpupool.sim.cycle_packer import CyclePacker
 from gpupool.sim.openb import TraceNode, TracePod
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "level_means",
     "node_priority",
     "pack_nodes",
+    "parse_policy",
     "pod_shape",
     "pod_stream",
     "run_offline",
@@ -186,36 +189,70 @@ NODE_PRIORITY_SALT = 2_000_003
 the priority is not the pod shuffle's permutation."""
 
 
-def target_workload(pods: Sequence[TracePod], policy: PolicyName) -> tuple[TypicalShape, ...]:
+def target_workload(pods: Sequence[TracePod], policy: str) -> tuple[TypicalShape, ...]:
     """The typical pod shapes `policy` measures fragmentation against: the FGD artifact's for
     `fgd` (`artifact_typical_shapes`), for the others every shape of the pods that ask for a
     GPU, weighted by how often it occurs (`typical_shapes`)."""
-    if policy is PolicyName.FGD:
+    if policy == PolicyName.FGD:
         return artifact_typical_shapes(pod_shape(p) for p in pods)
     return typical_shapes(pod_shape(p) for p in pods if p.total_gpu_milli > 0)
+
+
+CYCLE_MARK = "@"
+"""`default@16`: the policy `default` placed by the scheduling cycle's placer, which scores at
+most 16 candidate nodes of each kind per pod (`CyclePacker`)."""
+
+
+def parse_policy(spec: str) -> tuple[str, int | None]:
+    """(registered policy name, candidates or None) of `name` or `name@K`; `ValueError` with
+    what is wrong."""
+    name, mark, count = spec.partition(CYCLE_MARK)
+    name = canonical_name(name.strip())
+    if not mark:
+        return name, None
+    try:
+        candidates = int(count)
+    except ValueError:
+        candidates = 0
+    if candidates < 1:
+        raise ValueError(
+            f"{spec!r}: after {CYCLE_MARK!r} give how many candidate nodes the cycle's placer "
+            "scores per pod, a positive integer (the server's default is 16)"
+        )
+    return name, candidates
 
 
 def run_packing(
     nodes: Sequence[PackNode],
     pods: Sequence[TracePod],
-    policy: PolicyName,
+    policy: str,
     seed: int,
     inflation: float = 1.3,
     progress: Callable[[int, int], None] | None = None,
+    candidates: int | None = None,
 ) -> PackingRun:
     """Pack the seed's pod stream onto `nodes` with `policy`; `progress(done, total)` is called
-    every few hundred pods.
+    every few hundred pods. With `candidates` the pods go through the scheduling cycle's placer
+    (`CyclePacker`), which scores at most that many candidate nodes of each kind per pod, as the
+    server does; without, every node is scored, as the FGD artifact does.
 
     The fragmentation reported (`frag_at`, `frag_levels`) is the artifact's for every policy: its
     measure (`fgd_fragmentation_milli`) over its target workload, whatever `policy` scores by.
     """
+    if candidates is None:
+        policy, candidates = parse_policy(policy)
     measured = artifact_typical_shapes(pod_shape(p) for p in pods)
     state = PackingState(nodes)
     stream = pod_stream(pods, state.capacity_gpu_milli, seed, inflation)
     rng = random.Random(seed + 1_000_003)
     pick = rng.randrange
-    policy_impl = make_policy(policy, nodes, target_workload(pods, policy), pick)
-    packer = Packer(state, policy_impl, pick, node_priority(len(nodes), seed))
+    typical = target_workload(pods, policy)
+    packer: Packer | CyclePacker
+    if candidates is None:
+        policy_impl = make_policy(policy, nodes, typical, pick)
+        packer = Packer(state, policy_impl, pick, node_priority(len(nodes), seed))
+    else:
+        packer = CyclePacker(nodes, policy, typical, candidates)
     capacity = state.capacity_gpu_milli
     gpus = capacity // MILLI_PER_GPU
     memo: dict[tuple[str | None, int, tuple[int, ...]], float] = {}
@@ -242,6 +279,8 @@ def run_packing(
         asked += shape.total_gpu_milli
         placement = packer.place(shape)
         if placement is not None:
+            if candidates is not None:
+                state.assign(placement.node, placement.devices, shape)
             placed += 1
             before = fragments[placement.node]
             fragments[placement.node] = node_fragment(placement.node)
@@ -263,7 +302,7 @@ def run_packing(
     frag_capacity_levels = level_means(arrived_milli, frag_capacity_rows, gpus, top)
     points = [p for p in CHECKPOINTS_PCT if p <= inflation * 100 + 1e-9]
     return PackingRun(
-        policy=str(policy),
+        policy=str(policy) if candidates is None else f"{policy}@{candidates}",
         seed=seed,
         pods=len(stream),
         placed=placed,

@@ -159,7 +159,7 @@ class PackingJob:
     variant: str
     nodes_file: Path
     pods_file: Path
-    policy: PolicyName | None
+    policy: str | None
     seed: int
     inflation: float
 
@@ -168,7 +168,7 @@ class PackingJob:
         return f"{self.variant} seed {self.seed} {self.policy or OFFLINE}"
 
 
-JOB_WEIGHT: dict[PolicyName | None, float] = {PolicyName.DEFAULT: 1.4, None: 2.0}
+JOB_WEIGHT: dict[str | None, float] = {PolicyName.DEFAULT: 1.4, None: 2.0}
 """Relative cost of a job (an FGD run is 1; about 3 s on the default trace): for the ETA and to
 start the longest first. Policies not named here count 1."""
 

@@ -23,7 +23,6 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from gpupool.core.model import (
     MILLI_PER_GPU,
     GpuRequest,
-    PlacementStrategy,
     Project,
     SchedulerSettings,
     TaskPlacement,
@@ -423,7 +422,7 @@ class _Builder:
         return Scenario(
             path=self._path,
             name=spec.name or Path(self._path).stem,
-            settings=SchedulerSettings(placement=PlacementStrategy(spec.settings.placement)),
+            settings=SchedulerSettings(placement=spec.settings.placement),
             grace_period_s=spec.settings.grace_period_s,
             nodes=tuple(self._nodes.values()),
             projects=tuple(self._projects.values()),

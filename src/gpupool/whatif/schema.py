@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Annotated, Literal, Self
 
 from pydantic import (
+    AfterValidator,
     BeforeValidator,
     Field,
     PlainValidator,
@@ -22,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from gpupool.core.policies import canonical_name
 from gpupool.specs import (
     AmountsSpec,
     GpuMilli,
@@ -46,8 +48,14 @@ def _one_or_many(value: object) -> object:
 SelectorValues = Annotated[list[Name], BeforeValidator(_one_or_many)]
 
 
+def _placement_policy(value: str) -> str:
+    """A registered placement policy (`binpack`, `spread`, `default`, `fgd`, ...)."""
+    return canonical_name(value)
+
+
 class SettingsSpec(_Model):
-    placement: Literal["binpack", "spread"] = "binpack"
+    placement: Annotated[str, AfterValidator(_placement_policy)] = "binpack"
+    """Format v1 defaults to bin-pack; any registered placement policy's name is accepted."""
     grace_period_s: NonNegInt = 0
 
 

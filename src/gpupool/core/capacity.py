@@ -1,0 +1,82 @@
+"""The scheduling cycle's session as a placement policy reads it (`policies.base.Capacity`).
+
+Free CPU and memory are the session's own lists; free milli-GPU per device is read from the
+session's used counts when a policy asks, with the devices new work may not use this cycle
+(pinned burst devices, see `Placer`) reading -1 so that no request fits them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import overload
+
+from gpupool.core.model import MILLI_PER_GPU
+from gpupool.core.policies.base import PackNode
+from gpupool.core.session import UNTRACKED, Session
+
+PinnedDevices = Callable[[int], set[int]]
+"""The devices of a node kept from new placements now (empty set for none)."""
+
+
+class _DeviceFree(Sequence[Sequence[int]]):
+    __slots__ = ("_pinned", "_session")
+
+    def __init__(self, session: Session, pinned: PinnedDevices) -> None:
+        self._session = session
+        self._pinned = pinned
+
+    def __len__(self) -> int:
+        return len(self._session.nodes)
+
+    @overload
+    def __getitem__(self, node: int) -> Sequence[int]: ...
+    @overload
+    def __getitem__(self, node: slice) -> Sequence[Sequence[int]]: ...
+
+    def __getitem__(self, node: int | slice) -> Sequence[int] | Sequence[Sequence[int]]:
+        if isinstance(node, slice):
+            return [self[i] for i in range(len(self))[node]]
+        free = [MILLI_PER_GPU - used for used in self._session.device_used[node]]
+        for device in self._pinned(node):
+            free[device] = -1
+        return free
+
+
+class SessionCapacity:
+    """A `Capacity` over a live session; cheap to build (one `PackNode` per node)."""
+
+    __slots__ = ("_device_free", "_nodes", "_session")
+
+    def __init__(self, session: Session, pinned: PinnedDevices) -> None:
+        self._session = session
+        self._nodes = tuple(
+            PackNode(
+                name=n.name,
+                cpu_milli=UNTRACKED if n.cpu_milli is None else n.cpu_milli,
+                memory_mib=UNTRACKED if n.memory_mib is None else n.memory_mib,
+                gpu_count=n.gpu_count,
+                gpu_model=n.gpu_model,
+            )
+            for n in session.nodes
+        )
+        self._device_free = _DeviceFree(session, pinned)
+
+    @property
+    def nodes(self) -> Sequence[PackNode]:
+        return self._nodes
+
+    @property
+    def cpu_free(self) -> Sequence[int]:
+        return self._session.cpu_free
+
+    @property
+    def memory_free(self) -> Sequence[int]:
+        return self._session.memory_free
+
+    @property
+    def device_free(self) -> Sequence[Sequence[int]]:
+        return self._device_free
+
+    @property
+    def affinity(self) -> Sequence[Mapping[int, int]]:
+        return self._session.node_tags

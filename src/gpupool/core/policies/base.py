@@ -1,0 +1,238 @@
+"""What every placement policy is built on: pod shapes, the capacity a policy reads, the base
+class, and the fragmentation measure of the FGD paper.
+
+A policy scores one node for one pod shape from that node's free resources alone (lower is
+better) and names the devices the pod would take there. It reads the cluster through
+`Capacity`, which the packing benchmark's `PackingState` and the scheduling cycle's session
+(`gpupool.core.capacity.SessionCapacity`) both provide: the same class places pods in the
+benchmark and tasks in production.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, Self
+
+from gpupool.core.model import MILLI_PER_GPU
+
+
+@dataclass(frozen=True, slots=True)
+class PodShape:
+    """What one pod asks for. `gpu_milli` is per device: below 1000 only with `gpu_count` 1."""
+
+    cpu_milli: int
+    memory_mib: int
+    gpu_count: int
+    gpu_milli: int
+    gpu_models: tuple[str, ...] = ()
+    """Models it may run on; empty for any."""
+
+    @property
+    def total_gpu_milli(self) -> int:
+        return self.gpu_count * self.gpu_milli
+
+    @property
+    def is_fractional(self) -> bool:
+        return self.gpu_count == 1 and self.gpu_milli < MILLI_PER_GPU
+
+
+@dataclass(frozen=True, slots=True)
+class PackNode:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpu_count: int
+    gpu_model: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PackPlacement:
+    node: int
+    devices: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TypicalShape:
+    """A shape of the target workload and its weight (share of pods, summing to 1)."""
+
+    shape: PodShape
+    weight: float
+
+
+def typical_shapes(shapes: Iterable[PodShape], coverage: float = 1.0) -> tuple[TypicalShape, ...]:
+    """The target workload: the most common shapes covering `coverage` of pods, renormalised."""
+    counts: dict[PodShape, int] = {}
+    total = 0
+    for shape in shapes:
+        counts[shape] = counts.get(shape, 0) + 1
+        total += 1
+    ranked = sorted(
+        counts.items(), key=lambda kv: (-kv[1], kv[0].gpu_milli, kv[0].gpu_count, kv[0].cpu_milli)
+    )
+    kept: list[tuple[PodShape, int]] = []
+    covered = 0
+    for shape, count in ranked:
+        if kept and covered >= coverage * total:
+            break
+        kept.append((shape, count))
+        covered += count
+    return tuple(TypicalShape(shape, count / covered) for shape, count in kept)
+
+
+def node_fragmentation_milli(
+    gpu_model: str | None,
+    cpu_free_milli: int,
+    devices_free_milli: Sequence[int],
+    typical: Sequence[TypicalShape],
+    memory_free_mib: int | None = None,
+) -> float:
+    """Expected fragmented GPU (milli) of one node for the target workload `typical`.
+
+    A shape asking for no GPU sees every free GPU of the node as a fragment (it cannot use any);
+    so does a shape that cannot run on the node (wrong model, too little CPU, too few devices
+    with room). For a shape that can run, a device's free part is a fragment when it is smaller
+    than the shape's per-device need. Host memory counts only when `memory_free_mib` is given
+    (the paper leaves it out; our default policy counts it, since memory strands GPUs too).
+    """
+    free_total = sum(devices_free_milli)
+    if free_total == 0:
+        return 0.0
+    fragment = 0.0
+    for item in typical:
+        shape = item.shape
+        if (
+            shape.gpu_milli == 0
+            or (shape.gpu_models and gpu_model not in shape.gpu_models)
+            or cpu_free_milli < shape.cpu_milli
+            or (memory_free_mib is not None and memory_free_mib < shape.memory_mib)
+        ):
+            fragment += item.weight * free_total
+            continue
+        need = shape.gpu_milli
+        usable = 0
+        small = 0
+        for free in devices_free_milli:
+            if free >= need:
+                usable += 1
+            else:
+                small += free
+        fragment += item.weight * (small if usable >= shape.gpu_count else free_total)
+    return fragment
+
+
+def affinity_tag(shape: PodShape) -> int:
+    """GPU clustering's class of a pod, after Gandiva's job-size affinity: the number of whole
+    devices it takes, or 0 for every pod that shares a device."""
+    return 0 if shape.is_fractional else shape.gpu_count
+
+
+class Capacity(Protocol):
+    """Free resources per node, as a policy reads them. Devices a new pod may not use read as
+    -1 in `device_free` (they fit no request)."""
+
+    @property
+    def nodes(self) -> Sequence[PackNode]: ...
+
+    @property
+    def cpu_free(self) -> Sequence[int]: ...
+
+    @property
+    def memory_free(self) -> Sequence[int]: ...
+
+    @property
+    def device_free(self) -> Sequence[Sequence[int]]: ...
+
+    @property
+    def affinity(self) -> Sequence[Mapping[int, int]]:
+        """Per node, how many pods of each `affinity_tag` it holds (GPU clustering)."""
+        ...
+
+
+def fits_host(state: Capacity, node: int, shape: PodShape) -> bool:
+    """CPU, memory and GPU model allow the pod on `node` (devices not checked)."""
+    spec = state.nodes[node]
+    return (
+        state.cpu_free[node] >= shape.cpu_milli
+        and state.memory_free[node] >= shape.memory_mib
+        and spec.gpu_count >= shape.gpu_count
+        and (not shape.gpu_models or spec.gpu_model in shape.gpu_models)
+    )
+
+
+def devices_with_room(state: Capacity, node: int, need_milli: int) -> list[int]:
+    return [d for d, free in enumerate(state.device_free[node]) if free >= need_milli]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyContext:
+    """What a policy may be built from: the nodes, the target workload (the shapes to keep
+    room for, weights summing to 1) and `pick(n)`, a uniform index below n from the driver's
+    seeded generator (the core holds no randomness of its own)."""
+
+    nodes: tuple[PackNode, ...]
+    typical: tuple[TypicalShape, ...]
+    pick: Callable[[int], int]
+
+
+Scored = tuple[float, tuple[int, ...]]
+"""A node's score for a pod (lower is better) and the devices the pod would take there."""
+
+
+class PlacementPolicy:
+    """Scores one node for one pod. Subclasses implement `score` (feasibility is checked
+    first) and register with `gpupool.core.policies.register`; `create` builds one for a run
+    or a scheduling cycle."""
+
+    name = "base"
+    random_ties = False
+    """True for a policy whose ties are its choice at random (`random`): `Packer` then breaks
+    them with `pick` even when it has a node priority."""
+    loose = False
+    """The scheduling cycle offers a policy the nodes with the fewest empty devices first (it
+    scores a bounded number of candidates); a spreading policy wants the emptiest first."""
+    whole_in_offered_order = False
+    """True when, for whole-GPU pods, the policy's score only follows the order the cycle
+    offers nodes in (fewest empty devices first, or most when `loose`): the cycle then takes
+    the first node that fits without scoring the others."""
+
+    @classmethod
+    def create(cls, context: PolicyContext) -> Self:
+        return cls()
+
+    def score(self, state: Capacity, node: int, shape: PodShape) -> Scored | None:
+        raise NotImplementedError
+
+    def finish(
+        self, state: Capacity, node: int, shape: PodShape, devices: tuple[int, ...]
+    ) -> tuple[int, ...]:
+        """The devices to use on the chosen node; by default those the score was for."""
+        return devices
+
+    def evaluate(self, state: Capacity, node: int, shape: PodShape) -> Scored | None:
+        if not fits_host(state, node, shape):
+            return None
+        if shape.gpu_count and len(devices_with_room(state, node, shape.gpu_milli)) < (
+            shape.gpu_count
+        ):
+            return None
+        return self.score(state, node, shape)
+
+
+def tightest(state: Capacity, node: int, shape: PodShape) -> tuple[int, ...]:
+    """The devices with the least room that still fit: best fit within the node."""
+    if not shape.gpu_count:
+        return ()
+    free = state.device_free[node]
+    room = sorted(devices_with_room(state, node, shape.gpu_milli), key=lambda d: (free[d], d))
+    return tuple(sorted(room[: shape.gpu_count]))
+
+
+MAX_NODE_SCORE = 100
+"""The baselines score nodes as Kubernetes score plugins do: integers 0..100, ties at random.
+The coarse integer is part of how they behave (it makes ties), so it is kept."""
+
+
+def node_score(fraction: float) -> float:
+    """A 0..1 preference as a Kubernetes node score (truncated integer), as a float."""
+    return float(int(fraction * MAX_NODE_SCORE))

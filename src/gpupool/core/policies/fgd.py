@@ -1,0 +1,217 @@
+"""FGD, fragmentation gradient descent (Weng et al., "Beware of Fragmentation", USENIX ATC '23),
+as the paper's artifact (hkust-adsl/kubernetes-scheduler-simulator) runs it: every detail that
+moves the result reproduced (its target workload, its integer node score, its device choice);
+docs/packing.md lists each and its effect."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Self
+
+from gpupool.core.model import MILLI_PER_GPU
+from gpupool.core.policies import register
+from gpupool.core.policies.base import (
+    MAX_NODE_SCORE,
+    Capacity,
+    PlacementPolicy,
+    PodShape,
+    PolicyContext,
+    Scored,
+    TypicalShape,
+)
+
+PLAN_RANK_STEP = 1000.0
+"""A subclass may rank a sharing pod's devices (`_device_rank`); the score is then
+rank * this - FGD's score, so any rank beats any score (0..100)."""
+
+ARTIFACT_POPULARITY_PCT = 95
+"""The artifact's target workload keeps the most common pod shapes that cover this share (%) of
+the pods (`podPopularityThreshold: 95` in its experiment scripts, one shape at a time)."""
+FGD_SCORE_SCALE_MILLI = 1000.0
+"""The artifact scores a node by 100·sigmoid(-growth / 1000): the growth of fragmentation in
+whole GPUs."""
+GPU_MODEL_SEPARATOR = "|"
+"""How the artifact writes a pod's allowed GPU models (and compares them, as one string)."""
+_EXP_LIMIT = 700.0
+"""Past this exponent `math.exp` overflows (about 709.8)."""
+
+
+def artifact_typical_shapes(
+    shapes: Iterable[PodShape], popularity_pct: int = ARTIFACT_POPULARITY_PCT
+) -> tuple[TypicalShape, ...]:
+    """The target workload as the FGD artifact builds it from the pod list (every pod, once).
+
+    A shape is (CPU, GPU per device, GPU count, GPU models): memory is not part of it, and pods
+    without GPU count too (`isInvolvedCpuPods: true`; they see all free GPU as a fragment). The
+    shapes, most common first (equal counts: larger CPU, share, count, models first), are kept
+    until they cover `popularity_pct`% of the pods, and their weights renormalised. Weights are
+    computed with the artifact's floating-point operations, in its order.
+    """
+    counts: dict[PodShape, float] = {}
+    total = 0.0
+    for shape in shapes:
+        milli = shape.gpu_milli if shape.gpu_count else 0
+        key = PodShape(shape.cpu_milli, 0, shape.gpu_count, milli, shape.gpu_models)
+        counts[key] = counts.get(key, 0.0) + 1.0
+        total += 1.0
+    ranked = sorted(
+        counts.items(),
+        key=lambda kv: (
+            kv[1],
+            kv[0].cpu_milli,
+            kv[0].gpu_milli,
+            kv[0].gpu_count,
+            GPU_MODEL_SEPARATOR.join(kv[0].gpu_models),
+        ),
+        reverse=True,
+    )
+    expected = float(popularity_pct) * total / 100.0
+    covered = 0.0
+    kept = 0
+    while covered < expected and kept < len(ranked):
+        covered += ranked[kept][1]
+        kept += 1
+    if kept == len(ranked):
+        return tuple(TypicalShape(shape, count / total) for shape, count in ranked)
+    share = covered / total
+    return tuple(TypicalShape(shape, (count / total) / share) for shape, count in ranked[:kept])
+
+
+def fgd_fragmentation_milli(
+    gpu_model: str | None,
+    cpu_free_milli: int,
+    devices_free_milli: Sequence[int],
+    typical: Sequence[TypicalShape],
+    memory_free_mib: int | None = None,
+) -> float:
+    """A node's expected fragmented GPU (milli) as the FGD artifact computes it.
+
+    The measure of `node_fragmentation_milli`, added up the way the artifact adds it: each
+    shape's fragment goes to the sum of its case (lacks GPU, lacks CPU, lacks both, satisfied
+    without GPU, lacks CPU without GPU, wrong model), and the case sums are added in that fixed
+    order. Equal states give bit-equal values, so a placement that changes nothing scores exactly
+    the middle score, as in the artifact. Memory counts only when `memory_free_mib` is given
+    (the artifact leaves it out).
+    """
+    free_total = 0
+    for free in devices_free_milli:
+        free_total += free
+    lack_both = lack_gpu = lack_cpu = no_gpu_fits = no_gpu_lacks = no_access = 0.0
+    whole = float(free_total)
+    for item in typical:
+        shape = item.shape
+        weight = item.weight
+        cpu_fits = cpu_free_milli >= shape.cpu_milli and (
+            memory_free_mib is None or memory_free_mib >= shape.memory_mib
+        )
+        if shape.gpu_milli == 0:
+            if cpu_fits:
+                no_gpu_fits += weight * whole
+            else:
+                no_gpu_lacks += weight * whole
+            continue
+        if shape.gpu_models and gpu_model not in shape.gpu_models:
+            no_access += weight * whole
+            continue
+        need = shape.gpu_milli
+        usable = 0
+        small = 0
+        for free in devices_free_milli:
+            if free >= need:
+                usable += 1
+            else:
+                small += free
+        if usable >= shape.gpu_count:
+            if cpu_fits:
+                lack_gpu += weight * float(small)
+            else:
+                lack_cpu += weight * whole
+        elif cpu_fits:
+            lack_gpu += weight * whole
+        else:
+            lack_both += weight * whole
+    total = 0.0
+    for part in (lack_both, lack_gpu, lack_cpu, no_gpu_fits, no_gpu_lacks, no_access):
+        total += part
+    return total
+
+
+def fgd_node_score(before_milli: float, after_milli: float) -> int:
+    """FGD's node score in the artifact: 100·sigmoid((before - after) / 1000), truncated to an
+    integer (0..100; 50 when the fragmentation does not change). Many nodes tie on it."""
+    x = (before_milli - after_milli) / FGD_SCORE_SCALE_MILLI
+    if x < -_EXP_LIMIT:  # exp overflows; in Go it is +Inf and the score 0
+        return 0
+    return int(1.0 / (1.0 + math.exp(-x)) * float(MAX_NODE_SCORE))
+
+
+@register("fgd")
+class FgdPolicy(PlacementPolicy):
+    """Fragmentation gradient descent, as the paper's artifact runs it.
+
+    A node scores `fgd_node_score` of its fragmentation (`fgd_fragmentation_milli`, over the
+    target workload the driver passes: `artifact_typical_shapes` for the artifact's) before and
+    after the pod. A sharing pod tries each device with room, in device order, and takes the
+    first with the best score; a pod of whole GPUs takes the lowest-numbered free devices. Ties
+    between nodes are the driver's (`Packer`'s `priority`, as the artifact's scheduler breaks
+    them). With `count_memory` a shape whose memory does not fit is treated as one whose CPU
+    does not fit (off in the artifact).
+    """
+
+    @classmethod
+    def create(cls, context: PolicyContext) -> Self:
+        return cls(context.typical)
+
+    def __init__(self, typical: Sequence[TypicalShape], count_memory: bool = False) -> None:
+        self._typical = tuple(typical)
+        self._count_memory = count_memory
+        self._memo: dict[tuple[str | None, int, int | None, tuple[int, ...]], float] = {}
+
+    def fragmentation(
+        self, model: str | None, cpu_free: int, memory_free: int, free: Sequence[int]
+    ) -> float:
+        memory = memory_free if self._count_memory else None
+        key = (model, cpu_free, memory, tuple(sorted(free)))
+        value = self._memo.get(key)
+        if value is None:
+            value = fgd_fragmentation_milli(model, cpu_free, key[3], self._typical, memory)
+            self._memo[key] = value
+        return value
+
+    def score(self, state: Capacity, node: int, shape: PodShape) -> Scored | None:
+        model = state.nodes[node].gpu_model
+        cpu = state.cpu_free[node]
+        memory = state.memory_free[node]
+        free = state.device_free[node]
+        before = self.fragmentation(model, cpu, memory, free)
+        cpu_after = cpu - shape.cpu_milli
+        memory_after = memory - shape.memory_mib
+        if shape.is_fractional:
+            best: tuple[int, int, int] | None = None
+            for d, room in enumerate(free):
+                if room < shape.gpu_milli:
+                    continue
+                after = list(free)
+                after[d] -= shape.gpu_milli
+                value = fgd_node_score(
+                    before, self.fragmentation(model, cpu_after, memory_after, after)
+                )
+                rank = self._device_rank(room, shape.gpu_milli)
+                if best is None or (rank, -value) < (best[0], -best[1]):
+                    best = (rank, value, d)
+            if best is None:
+                return None
+            return float(best[0] * PLAN_RANK_STEP - best[1]), (best[2],)
+        devices = tuple(d for d, room in enumerate(free) if room >= MILLI_PER_GPU)
+        devices = devices[: shape.gpu_count]
+        after = list(free)
+        for d in devices:
+            after[d] -= shape.gpu_milli
+        after_value = self.fragmentation(model, cpu_after, memory_after, after)
+        return -float(fgd_node_score(before, after_value)), devices
+
+    def _device_rank(self, free_milli: int, share_milli: int) -> int:
+        """Which devices a sharing pod tries first (lower first; FGD's score decides within a
+        rank). FGD has one rank: the first device with the best score wins."""
+        return 0
