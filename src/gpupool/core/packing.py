@@ -19,8 +19,9 @@ often each occurs; FGD places a pod where that expectation grows least.
 
 `FgdPolicy` is FGD as the paper's artifact (hkust-adsl/kubernetes-scheduler-simulator) runs it,
 every detail that moves the result reproduced: its target workload (`artifact_typical_shapes`),
-its integer node score (`fgd_node_score`), its device choice, and its tie-break (a fixed node
-priority, `Packer`'s `priority`). docs/packing.md lists each difference and its effect.
+its integer node score (`fgd_node_score`), its device choice, and its tie-break (node ranks,
+`Packer`'s `priority`: the node its scheduler's parallel filter reports first). docs/packing.md
+lists each difference and its effect.
 """
 
 from __future__ import annotations
@@ -726,10 +727,11 @@ def make_policy(
 class Packer:
     """Places pods one at a time with a policy, caching node scores per pod shape.
 
-    Ties between equally scored nodes go to the node with the lowest `priority` when one is
-    given (a permutation of the nodes, so the same nodes win every tie of a run: how the FGD
-    artifact's scheduler, whose nodes are named after a seeded permutation, reproduces), else to
-    `pick(number of ties)`.
+    Ties between equally scored nodes go to the nodes with the lowest `priority` rank when one is
+    given (one rank per node), else to all of them; where several remain, `pick(how many)` chooses
+    (in node order). A permutation as `priority` makes the same nodes win every tie of a run; ranks
+    shared by a few nodes model the FGD artifact's scheduler, whose ties go to the node its
+    parallel filter found first (`gpupool.sim.packing.artifact_node_rank`).
     """
 
     def __init__(
@@ -785,12 +787,11 @@ class Packer:
         if best == math.inf:
             return None
         ties = [i for i, s in enumerate(scores) if s == best]
-        if len(ties) == 1:
-            node = ties[0]
-        elif self._priority is not None:
-            node = min(ties, key=self._priority.__getitem__)
-        else:
-            node = ties[self._pick(len(ties))]
+        if len(ties) > 1 and self._priority is not None:
+            rank = self._priority
+            first = min(rank[i] for i in ties)
+            ties = [i for i in ties if rank[i] == first]
+        node = ties[0] if len(ties) == 1 else ties[self._pick(len(ties))]
         placement = PackPlacement(node, self.policy.finish(self.state, node, shape, devices[node]))
         self.state.assign(node, placement.devices, shape)
         return placement
