@@ -458,6 +458,21 @@ def test_packer_breaks_ties_by_the_node_priority() -> None:
     assert [p.node for p in placed if p is not None] == [1, 2, 0]
 
 
+def test_packer_lets_pick_choose_among_ties_of_equal_rank() -> None:
+    nodes = [node("a", 1), node("b", 1), node("c", 1)]
+    picks: list[int] = []
+
+    def last(count: int) -> int:
+        picks.append(count)
+        return count - 1
+
+    state = PackingState(nodes)
+    packer = Packer(state, make_policy(PolicyName.FGD, nodes, ONLY_WHOLE, last), last, (1, 0, 0))
+    placed = [packer.place(WHOLE) for _ in range(3)]
+    assert [p.node for p in placed if p is not None] == [2, 1, 0]
+    assert picks == [2]  # only the first placement had two nodes of the best rank
+
+
 def test_packer_priority_leaves_the_random_policy_random() -> None:
     nodes = [node("a", 1), node("b", 1)]
     picks: list[int] = []

@@ -11,8 +11,9 @@ Every policy scores a (node, pod) pair from that node's free resources alone, lo
 So a node's score for a pod shape changes only when a pod lands on that node, and `Packer`
 caches scores per shape, recomputing only the nodes changed since the shape was last placed:
 a pod costs one pass over a list of floats, not a scoring of every node. Ties between nodes are
-broken by a fixed node priority (as the FGD artifact's scheduler does) or by the driver's
-`pick`; the core itself holds no randomness.
+broken by fixed node ranks (FGD: the node the artifact's scheduler reports first; lower rank
+first, `pick` among equal ranks) or by the driver's `pick`; the core itself holds no
+randomness.
 """
 
 from __future__ import annotations
@@ -130,10 +131,11 @@ def make_policy(
 class Packer:
     """Places pods one at a time with a policy, caching node scores per pod shape.
 
-    Ties between equally scored nodes go to the node with the lowest `priority` when one is
-    given (a permutation of the nodes, so the same nodes win every tie of a run: how the FGD
-    artifact's scheduler, whose nodes are named after a seeded permutation, reproduces), else to
-    `pick(number of ties)`.
+    Ties between equally scored nodes go to the nodes with the lowest `priority` rank when one is
+    given (one rank per node), else to all of them; where several remain, `pick(how many)` chooses
+    (in node order). A permutation as `priority` makes the same nodes win every tie of a run; ranks
+    shared by a few nodes model the FGD artifact's scheduler, whose ties go to the node its
+    parallel filter found first (`gpupool.sim.packing.artifact_node_rank`).
     """
 
     def __init__(
@@ -189,12 +191,11 @@ class Packer:
         if best == math.inf:
             return None
         ties = [i for i, s in enumerate(scores) if s == best]
-        if len(ties) == 1:
-            node = ties[0]
-        elif self._priority is not None:
-            node = min(ties, key=self._priority.__getitem__)
-        else:
-            node = ties[self._pick(len(ties))]
+        if len(ties) > 1 and self._priority is not None:
+            rank = self._priority
+            first = min(rank[i] for i in ties)
+            ties = [i for i in ties if rank[i] == first]
+        node = ties[0] if len(ties) == 1 else ties[self._pick(len(ties))]
         placement = PackPlacement(node, self.policy.finish(self.state, node, shape, devices[node]))
         self.state.assign(node, placement.devices, shape)
         return placement

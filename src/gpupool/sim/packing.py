@@ -4,10 +4,12 @@ Protocol (Weng et al., USENIX ATC '23, section 6, as its artifact runs it): the 
 openb trace; the pod list shuffled by the seed, then resampled with replacement until the pods
 ask for `inflation` times the cluster's GPU capacity; pods arrive one by one and are placed at
 once or dropped (no departures, no queue, no preemption; CPU, memory and GPU model must fit).
-Ties between equally scored nodes go to a node priority drawn from the seed, the same for the
-whole run (the artifact's scheduler). After every pod the arrived and allocated GPU and the
-fragmentation form the curves; the value at x% arrived is, as the artifact's analysis takes it,
-the mean over the pods after which round(arrived) = x (`level_means`).
+Ties between equally scored nodes go, for FGD, to the node the artifact's scheduler finds first
+(`artifact_node_rank`: the order in which kube-scheduler's parallel filter reports the nodes), and
+for the other policies to a node priority drawn from the seed, the same for the whole run. After
+every pod the arrived and allocated GPU and the fragmentation form the curves; the value at x%
+arrived is, as the artifact's analysis takes it, the mean over the pods after which
+round(arrived) = x (`level_means`).
 
 The offline reference packs the same prefix of pods knowing them all in advance: the best of a
 few orders, each with our default policy. It is a feasible packing, so it shows what an online
@@ -45,6 +47,7 @@ from gpupool.sim.openb import TraceNode, TracePod
 __all__ = [
     "CHECKPOINTS_PCT",
     "PackingRun",
+    "artifact_node_rank",
     "cluster_fragmentation",
     "level_means",
     "node_priority",
@@ -55,6 +58,7 @@ __all__ = [
     "run_offline",
     "run_packing",
     "target_workload",
+    "tie_break",
 ]
 
 CHECKPOINTS_PCT = (90, 95, 100, 130)
@@ -188,6 +192,34 @@ NODE_PRIORITY_SALT = 2_000_003
 """Added to the seed for the node priority's generator (the tie-break `pick`'s is 1_000_003), so
 the priority is not the pod shuffle's permutation."""
 
+SCHEDULER_PARALLELISM = 16
+"""kube-scheduler's filter workers (`parallelize.parallelism` in Kubernetes 1.20)."""
+
+
+def artifact_node_rank(count: int) -> tuple[int, ...]:
+    """Each node's rank in FGD's tie-break as the artifact's scheduler produces it: ties go to the
+    node its filter phase reported first.
+
+    kube-scheduler 1.20 filters the nodes (in the order they were created: the node list's)
+    with `SCHEDULER_PARALLELISM` workers, each taking the next chunk of min(isqrt(n), n // 16 + 1)
+    consecutive nodes (35 chunks of 34 for the 1,213 openb GPU nodes), and appends each node that
+    passes as it is checked. So the feasible list, whose first best-scored node wins, runs through
+    the chunks side by side: the first node of each of the first 16 chunks, then their second
+    nodes, ..., then the next 16 chunks. Nodes checked at the same moment (the same position in
+    chunks that run side by side) share a rank; which of them a worker reports first is a race,
+    left to `Packer`'s `pick`. Ranks: round of 16 chunks x chunk size + position in the chunk.
+    """
+    chunk = max(1, min(math.isqrt(count), count // SCHEDULER_PARALLELISM + 1))
+    return tuple((i // chunk // SCHEDULER_PARALLELISM) * chunk + i % chunk for i in range(count))
+
+
+def tie_break(policy: str, count: int, seed: int) -> tuple[int, ...]:
+    """The node ranks `Packer` breaks ties by: the artifact scheduler's for FGD
+    (`artifact_node_rank`), the seed's node priority for the other policies (`node_priority`)."""
+    if policy == PolicyName.FGD:
+        return artifact_node_rank(count)
+    return node_priority(count, seed)
+
 
 def target_workload(pods: Sequence[TracePod], policy: str) -> tuple[TypicalShape, ...]:
     """The typical pod shapes `policy` measures fragmentation against: the FGD artifact's for
@@ -250,7 +282,7 @@ def run_packing(
     packer: Packer | CyclePacker
     if candidates is None:
         policy_impl = make_policy(policy, nodes, typical, pick)
-        packer = Packer(state, policy_impl, pick, node_priority(len(nodes), seed))
+        packer = Packer(state, policy_impl, pick, tie_break(policy, len(nodes), seed))
     else:
         packer = CyclePacker(nodes, policy, typical, candidates)
     capacity = state.capacity_gpu_milli
