@@ -508,12 +508,32 @@ def test_device_plan_is_the_best_fit_decreasing_packing_of_the_shares() -> None:
     )
     plan = DevicePlan.of(typical, pods=10)
     # 4 x 470, 2 x 650, 2 x 320 -> 650 + 320 twice, 470 + 470 twice
-    assert plan.complete == frozenset({970, 940})
-    assert plan.partial == frozenset({650, 320, 470})
+    assert plan.completes == frozenset({(650, 320), (320, 650), (470, 470)})
+    assert plan.continues == frozenset({(0, 320), (0, 650), (0, 470)})
     assert plan.rank(free=350, share=320) == 0  # 650 + 320 completes a planned device
     assert plan.rank(free=1000, share=470) == 1  # a new device starts one
     assert plan.rank(free=530, share=320) == 2  # 470 + 320 is in no plan
-    assert DevicePlan.of((TypicalShape(WHOLE, 1.0),)).complete == frozenset()
+    assert DevicePlan.of((TypicalShape(WHOLE, 1.0),)).completes == frozenset()
+
+
+def test_device_plan_steps_name_the_share_not_only_the_total() -> None:
+    typical = (
+        TypicalShape(PodShape(0, 0, 1, 770), 0.2),
+        TypicalShape(PodShape(0, 0, 1, 650), 0.1),
+        TypicalShape(PodShape(0, 0, 1, 350), 0.1),
+        TypicalShape(PodShape(0, 0, 1, 230), 0.2),
+        TypicalShape(PodShape(0, 0, 1, 220), 0.4),
+    )
+    plan = DevicePlan.of(typical, pods=10)
+    # 770 + 230 twice, 650 + 350, 4 x 220. A 230 next to a 650 reaches 880, the total of
+    # 4 x 220, and a 650 is part of a planned device: by totals alone that step completes one.
+    assert plan.rank(free=350, share=230) == 2
+    assert plan.rank(free=350, share=350) == 0
+    assert plan.rank(free=340, share=220) == 0  # 3 x 220 + 220
+    assert plan.rank(free=560, share=220) == 1  # 2 x 220 + 220
+    assert plan.rank(free=1000, share=230) == 1
+    assert plan.rank(free=230, share=230) == 0  # 770 + 230
+    assert plan.rank(free=780, share=230) == 2  # 220 + 230 is in no plan
 
 
 def test_default_follows_the_plan_where_fgd_looks_one_pod_ahead() -> None:

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from gpupool.client.config import read_config
+from gpupool.client.http import GpupoolClient
 from gpupool.executors.local import live_task_groups
 from gpupool.server.process import ServerProcess, free_port
 from liveserver import wait_for
@@ -48,12 +50,26 @@ class Cli:
             "up", "--data-dir", str(self.data_dir), "--port", str(self.port), "--fake-gpus", "4x80G"
         )
 
+    def _client(self) -> GpupoolClient:
+        server, token = read_config(self.tmp / "config.json").login()
+        return GpupoolClient(server, token)
+
     def status(self, name: str, project: str = "default") -> str:
-        status: str = self.json("describe", name, "--project", project)["status"]
-        return status
+        """The workload's status through the API: the polls of `wait_for` must not cost a CLI
+        start each (seconds on a loaded machine, while the tasks under test run on)."""
+        with self._client() as client:
+            return str(client.describe(project, name).status)
 
     def log(self, name: str, project: str = "default") -> str:
-        return self.run("logs", name, "--project", project).stdout
+        """Task 0's whole log through the API (as `gpupool logs` prints it)."""
+        text, offset = [], 0
+        with self._client() as client:
+            while True:
+                chunk = client.logs(project, name, 0, offset)
+                text.append(chunk.text)
+                offset = chunk.next_offset
+                if chunk.complete or not chunk.text:
+                    return "".join(text)
 
 
 @pytest.fixture
@@ -99,7 +115,7 @@ def test_a_workload_that_ignores_sigterm_is_killed_after_its_grace(cli: Cli) -> 
         "--gpu",
         "1",
         "--grace-period",
-        "5",
+        "15",  # long enough to see it stopping on a loaded machine
         "--",
         sys.executable,
         "-c",
@@ -109,7 +125,7 @@ def test_a_workload_that_ignores_sigterm_is_killed_after_its_grace(cli: Cli) -> 
     cli.run("delete", "stubborn")
     wait_for(lambda: "SIGTERM ignored" in cli.log("stubborn"), timeout_s=10)
     assert cli.json("describe", "stubborn")["task_list"][0]["state"] == "stopping"
-    wait_for(lambda: cli.run("describe", "stubborn", check=False).returncode == 3, 20)
+    wait_for(lambda: cli.run("describe", "stubborn", check=False).returncode == 3, 45)
     events = cli.json("list", "--all")
     assert "stubborn" not in [w["name"] for w in events["items"]]
 
@@ -124,7 +140,7 @@ def test_founding_story_preempted_jobs_checkpoint_and_resume(cli: Cli) -> None:
         "-m",
         "gpupool.demo.train",
         "--step-s",
-        "0.05",
+        "0.1",  # Bob's jobs run 40 s: Patty comes before they end, even on a loaded machine
         "--checkpoint-every",
         "5",
     ]
@@ -166,11 +182,12 @@ def test_founding_story_preempted_jobs_checkpoint_and_resume(cli: Cli) -> None:
     )
     bob = {w["name"]: w for w in cli.json("list", "--project", "bob")["items"]}
     preempted = sorted(name for name, w in bob.items() if w["preemptions"] == 1)
-    assert len(preempted) == 2, bob
+    assert len(preempted) == 2, {n: (w["status"], w["preemptions"]) for n, w in bob.items()}
     for name in preempted:
         assert "stop requested: checkpointed at step" in cli.log(name, "bob")
     wait_for(
-        lambda: all(cli.status(f"bob-{i}", "bob") == "completed" for i in range(1, 5)), timeout_s=60
+        lambda: all(cli.status(f"bob-{i}", "bob") == "completed" for i in range(1, 5)),
+        timeout_s=150,
     )
     for name in preempted:
         log = cli.log(name, "bob")

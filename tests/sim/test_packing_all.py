@@ -110,26 +110,28 @@ def test_cli_all_writes_the_table_json_and_png(
     assert "…" not in result.stdout
     rows = [line for line in result.stdout.splitlines() if line.startswith("│ default")]
     assert len(rows) == 1
-    assert rows[0].count("│") == 9  # variant, published, fgd, Δ, default, Δ, bound, to bound
+    # variant, published, then fgd, default, default@16 with their Δ, bound, to bound
+    assert rows[0].count("│") == 11
     assert "95.00" in rows[0]
 
     document = json.loads((out / "results.json").read_text())
     assert document["seeds"] == [42]
     assert document["command"].startswith("gpupool bench packing --all --variants default,tiny2")
-    assert set(document["cpu_s_per_run"]) == {"fgd", "default", "offline"}
-    assert document["policies"] == ["fgd", "default"]
+    assert set(document["cpu_s_per_run"]) == {"fgd", "default", "default@16", "offline"}
+    assert document["policies"] == ["fgd", "default", "default@16"]
     assert set(document["variants"]) == {"default", "tiny2"}
     default = document["variants"]["default"]
     assert default["published_fgd"]["alloc_at_100"] == 95.0
     assert default["published_fgd"]["seeds"] == [42]
-    assert set(default["policies"]) == {"fgd", "default"}
+    assert set(default["policies"]) == {"fgd", "default", "default@16"}
     assert default["policies"]["fgd"]["curve"][0] >= 0.0
     assert set(default["offline_alloc_at"]) == {"100"}
     assert document["variants"]["tiny2"]["published_fgd"]["alloc_at_100"] is None
 
     markdown = (out / "results.md").read_text()
     assert markdown.startswith("## Packing every openb variant")
-    assert "| variant | published FGD | fgd | Δ | default | Δ | bound | bound - best |" in markdown
+    header = "| variant | published FGD | fgd | Δ | default | Δ | default@16 | Δ | bound |"
+    assert header + " bound - best |" in markdown
     assert "| default | 95.00 |" in markdown
     assert "| tiny2 | n/a |" in markdown
     assert (out / "curves.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")

@@ -220,7 +220,11 @@ def test_all_schema_errors_are_reported_in_line_order() -> None:
             "workloads[0].name",
             "quote it",
         ),
-        ("settings: {placement: scatter}\n", "settings.placement", "'binpack' or 'spread'"),
+        (
+            "settings: {placement: scatter}\n",
+            "settings.placement",
+            "no placement policy is called 'scatter'",
+        ),
         ("settings: {placment: spread}\n", "settings.placment", "did you mean `placement`"),
         ("events: [{at: 5}]\n", "events[0]", "exactly one of submit"),
         ("events: [{at: -5, delete: x}]\n", "events[0].at", "at least 0"),

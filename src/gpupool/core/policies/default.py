@@ -25,16 +25,24 @@ PLAN_PODS = 100_000
 class DevicePlan:
     """How the target workload's sharing pods fill a device best: the fills of a best-fit-
     decreasing packing of its shares (a share list in the shapes' proportions, largest first,
-    each into the fullest device it fits). `complete` holds each planned device's total,
-    `partial` every proper part of one (milli-GPU used so far). On the openb default trace: an
-    810 alone, 470 + 470, 650 + 320, 810 + 160, 4 x 230, ...
+    each into the fullest device it fits). On the openb default trace: an 810 alone, 470 + 470,
+    650 + 320, 810 + 160, 4 x 230, ...
+
+    The plan is kept as steps (milli-GPU already used on the device, share added): `completes`
+    holds the steps that finish a planned device (the used part is the rest of that device),
+    `continues` those that start one or add to one without finishing it (the used part is a
+    sub-multiset of the rest). A step names the share itself, not only the new total: totals
+    collide (650 + 230 = 880 = 4 x 220, a planned part), and a plan of totals alone would take
+    any share that reaches a planned total as on plan.
     """
 
-    __slots__ = ("complete", "partial")
+    __slots__ = ("completes", "continues")
 
-    def __init__(self, complete: frozenset[int], partial: frozenset[int]) -> None:
-        self.complete = complete
-        self.partial = partial
+    def __init__(
+        self, completes: frozenset[tuple[int, int]], continues: frozenset[tuple[int, int]]
+    ) -> None:
+        self.completes = completes
+        self.continues = continues
 
     @classmethod
     def of(cls, typical: Sequence[TypicalShape], pods: int = PLAN_PODS) -> DevicePlan:
@@ -62,22 +70,25 @@ class DevicePlan:
                 used, device = 0, []
             device.append(share)
             by_used.setdefault(used + share, []).append(device)
-        complete: set[int] = set()
-        partial: set[int] = set()
-        for group in by_used.values():
-            for device in group:
-                complete.add(sum(device))
-                partial.update(_proper_part_sums(device))
-        return cls(frozenset(complete), frozenset(partial))
+        fills = {tuple(sorted(device)) for group in by_used.values() for device in group}
+        completes: set[tuple[int, int]] = set()
+        continues: set[tuple[int, int]] = set()
+        for fill in fills:
+            for index, share in enumerate(fill):
+                if index and fill[index - 1] == share:
+                    continue  # the same steps as the equal share before it
+                rest = fill[:index] + fill[index + 1 :]
+                completes.add((sum(rest), share))
+                continues.update((used, share) for used in _part_sums(rest) - {sum(rest)})
+        return cls(frozenset(completes), frozenset(continues))
 
     def rank(self, free: int, share: int) -> int:
         """How well putting `share` on a device with `free` milli left follows the plan:
         0 it completes a planned device, 1 it starts or continues one, 2 it leaves the plan."""
-        used = MILLI_PER_GPU - free
-        on_plan = used == 0 or used in self.partial
-        if on_plan and used + share in self.complete:
+        step = (MILLI_PER_GPU - free, share)
+        if step in self.completes:
             return 0
-        if on_plan and used + share in self.partial:
+        if step in self.continues:
             return 1
         return 2
 
@@ -89,12 +100,12 @@ def _plan_of(typical: tuple[TypicalShape, ...]) -> DevicePlan:
     return DevicePlan.of(typical)
 
 
-def _proper_part_sums(device: Sequence[int]) -> set[int]:
-    """The sums of the proper, non-empty sub-multisets of `device`'s shares (all positive)."""
+def _part_sums(shares: Sequence[int]) -> set[int]:
+    """The sums of the sub-multisets of `shares`, the empty one (0) included."""
     sums = {0}
-    for share in device:
+    for share in shares:
         sums |= {s + share for s in sums}
-    return sums - {0, sum(device)}
+    return sums
 
 
 @register("default")
@@ -111,9 +122,10 @@ class DefaultPolicy(FgdPolicy):
       below its resolution tie, and ties go to the driver's node priority, which keeps filling
       the same nodes.
     - A sharing pod first looks for a device where it completes a planned fill, then for one
-      where it starts or continues one (`DevicePlan`), and only then for others: FGD looks one
-      pod ahead, so it happily leaves 210 free after 470 + 320, which only rare shares fill,
-      where the plan waits for the 470 or 460 that is sure to come.
+      where it starts or continues one (`DevicePlan`, whose steps name the share, not only the
+      total it reaches), and only then for others: FGD looks one pod ahead, so it happily
+      leaves 210 free after 470 + 320, which only rare shares fill, where the plan waits for
+      the 470 or 460 that is sure to come.
     """
 
     @classmethod
