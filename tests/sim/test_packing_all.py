@@ -110,8 +110,8 @@ def test_cli_all_writes_the_table_json_and_png(
     assert "…" not in result.stdout
     rows = [line for line in result.stdout.splitlines() if line.startswith("│ default")]
     assert len(rows) == 1
-    # variant, published, then fgd, default, default@16 with their Δ, bound, to bound
-    assert rows[0].count("│") == 11
+    # variant, published, fgd, Δ, curve gap, default, Δ, default@16, Δ, bound, to bound
+    assert rows[0].count("│") == 12
     assert "95.00" in rows[0]
 
     document = json.loads((out / "results.json").read_text())
@@ -130,7 +130,9 @@ def test_cli_all_writes_the_table_json_and_png(
 
     markdown = (out / "results.md").read_text()
     assert markdown.startswith("## Packing every openb variant")
-    header = "| variant | published FGD | fgd | Δ | default | Δ | default@16 | Δ | bound |"
+    header = (
+        "| variant | published FGD | fgd | Δ | curve gap | default | Δ | default@16 | Δ | bound |"
+    )
     assert header + " bound - best |" in markdown
     assert "| default | 95.00 |" in markdown
     assert "| tiny2 | n/a |" in markdown

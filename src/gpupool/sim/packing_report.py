@@ -356,10 +356,35 @@ def _value(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
 
 
+def curve_gap(ours: Sequence[float], published: Sequence[float]) -> tuple[float, int] | None:
+    """The largest |ours - published| between two mean curves (allocated % at 0, 1, ... %
+    arrived) and the arrival level where it is; None without a published curve."""
+    levels = min(len(ours), len(published))
+    if not levels:
+        return None
+    worst = max(range(levels), key=lambda x: abs(ours[x] - published[x]))
+    return abs(ours[worst] - published[worst]), worst
+
+
+def _gap_json(v: VariantResult) -> dict[str, float] | None:
+    gap = curve_gap(v.curves.get(FGD, ()), v.published_curve)
+    return None if gap is None else {"max_gap": round(gap[0], 3), "at_arrived_pct": gap[1]}
+
+
+def _gap_cell(v: VariantResult) -> str:
+    gap = curve_gap(v.curves.get(FGD, ()), v.published_curve)
+    return "n/a" if gap is None else f"{gap[0]:.2f} (@{gap[1]})"
+
+
+FGD = "fgd"
+"""The policy whose whole curve the table compares with the published one (`fgd curve gap`)."""
+
+
 def matrix_rows(variants: Sequence[VariantResult], policies: Sequence[str]) -> list[list[str]]:
     """The per-variant table's cells (alloc@100): variant, published FGD, then per policy its
-    mean ± std and its difference to published FGD, then the bound and its distance to the
-    best policy. `matrix_header` names the columns."""
+    mean ± std and its difference to published FGD (for `fgd` also the largest gap between its
+    mean curve and the published one), then the bound and its distance to the best policy.
+    `matrix_header` names the columns."""
     rows: list[list[str]] = []
     for v in variants:
         cells = [v.variant, _value(v.published_at_100)]
@@ -369,9 +394,14 @@ def matrix_rows(variants: Sequence[VariantResult], policies: Sequence[str]) -> l
             at = None if summary is None else summary.alloc_at.get(100)
             if at is None or summary is None:
                 cells += ["n/a", "n/a"]
-                continue
-            best = at if best is None else max(best, at)
-            cells += [f"{at:.2f} ± {summary.alloc_std_at[100]:.2f}", _delta(at, v.published_at_100)]
+            else:
+                best = at if best is None else max(best, at)
+                cells += [
+                    f"{at:.2f} ± {summary.alloc_std_at[100]:.2f}",
+                    _delta(at, v.published_at_100),
+                ]
+            if policy == FGD:
+                cells.append(_gap_cell(v))
         cells += [_value(v.bound_at_100), _delta(v.bound_at_100, best)]
         rows.append(cells)
     return rows
@@ -381,6 +411,8 @@ def matrix_header(policies: Sequence[str]) -> list[str]:
     header = ["variant", "published FGD"]
     for policy in policies:
         header += [policy, "Δ"]
+        if policy == FGD:
+            header.append("curve gap")
     return [*header, "bound", "bound - best"]
 
 
@@ -411,6 +443,7 @@ def matrix_json(
                 for p, s in v.summaries.items()
             },
             "offline_alloc_at": None if v.offline_at is None else _keyed(v.offline_at),
+            "fgd_curve_gap": _gap_json(v),
         }
         for v in variants
     }
