@@ -173,6 +173,7 @@ def test_not_logged_in_exits_4(cli: Cli) -> None:
         (["--gpu", "1", "--tasks", "0"], ["tasks: Input should be greater than or equal to 1"]),
         (["--gpu", "1", "--env", "NOEQUALS"], ["--env takes KEY=VALUE"]),
         (["--gpu", "1", "--type", "batch"], ["Invalid value for '--type'"]),
+        (["--gpu", "1"], ["nothing to run: give the command after `--`"]),
     ],
 )
 def test_submit_rejects_bad_input_before_any_request(
@@ -377,7 +378,7 @@ def test_submit_runs_and_describe_list_show_it(admin: Cli, api: GpupoolClient) -
 
 def test_pending_reason_is_shown(admin: Cli, api: GpupoolClient) -> None:
     project, name = new_project(api, quota={"gpu": 1}, limit={"gpu": 1}), unique("big")
-    assert admin("submit", name, "-p", project, "--gpu", "2").exit_code == 0
+    assert admin("submit", name, "-p", project, "--gpu", "2", "--", "sleep", "inf").exit_code == 0
 
     def reason() -> str:
         return api.describe(project, name).pending_reason or ""
@@ -429,11 +430,12 @@ def test_logs_follow_until_the_task_ends(admin: Cli, api: GpupoolClient) -> None
 
 def test_server_errors_map_to_exit_codes(admin: Cli, api: GpupoolClient) -> None:
     project, name = new_project(api), unique("job")
-    unknown = admin("submit", name, "-p", unique("nope"), "--gpu", "1")
+    unknown = admin("submit", name, "-p", unique("nope"), "--gpu", "1", "--", "true")
     assert unknown.exit_code == 2  # 422
     assert "does not exist" in unknown.stderr
-    assert admin("submit", name, "-p", project, "--gpu", "0.1").exit_code == 0
-    taken = admin("submit", name, "-p", project, "--gpu", "0.1")
+    forever = ["--gpu", "0.1", "--", "sleep", "inf"]  # simulated nodes run it until deleted
+    assert admin("submit", name, "-p", project, *forever).exit_code == 0
+    taken = admin("submit", name, "-p", project, *forever)
     assert taken.exit_code == 5  # 409
     assert "already has a workload named" in taken.stderr
     assert len(taken.stderr.splitlines()) == 1  # the field error repeats the detail: not shown
@@ -448,7 +450,7 @@ def test_local_validation_says_what_the_server_says(
     body = {"name": "Bad Name", "project": project, "gpu": 1.5}
     with server.client() as http:
         answer = ErrorOut.model_validate(http.post("/api/v1/workloads", json=body).json())
-    local = admin("submit", "Bad Name", "-p", project, "--gpu", "1.5")
+    local = admin("submit", "Bad Name", "-p", project, "--gpu", "1.5", "--", "true")
     assert local.exit_code == 2
     assert local.stderr == f"error: {answer.detail}\n"
 
@@ -457,7 +459,7 @@ def test_researcher_sees_only_their_projects(
     admin: Cli, api: GpupoolClient, server: LiveServer, tmp_path: Path
 ) -> None:
     mine, theirs, name = new_project(api), new_project(api), unique("job")
-    assert admin("submit", name, "-p", theirs, "--gpu", "0.1").exit_code == 0
+    assert admin("submit", name, "-p", theirs, "--gpu", "0.1", "--", "true").exit_code == 0
     user = unique("u")
     created = json_out(admin("user", "create", user, "--project", mine, "--json"))
     assert created["user"] == {"name": user, "role": "researcher", "projects": [mine]}
@@ -469,7 +471,8 @@ def test_researcher_sees_only_their_projects(
     as_researcher = functools.partial(admin, env_extra=own)
     assert as_researcher("describe", name, "-p", theirs).exit_code in (3, 4)
     assert as_researcher("logs", name, "-p", theirs).exit_code in (3, 4)
-    assert as_researcher("submit", unique("job"), "-p", theirs, "--gpu", "1").exit_code == 4
+    job = [unique("job"), "-p", theirs, "--gpu", "1", "--", "true"]
+    assert as_researcher("submit", *job).exit_code == 4
     assert as_researcher("project", "create", unique("p")).exit_code == 4
     listed = json_out(as_researcher("list", "--all", "--json"))
     assert all(w["project"] == mine for w in listed["items"])

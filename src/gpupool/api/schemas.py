@@ -465,6 +465,18 @@ class TokenOut(_Out):
     """Shown once; the server keeps only its hash."""
     user: str
     role: Role
+    id: int | None = None
+    """What `DELETE /api/v1/tokens/{id}` revokes it by."""
+
+
+class TokenInfo(_Out):
+    """A token as `GET /api/v1/tokens` lists it: never the token itself (the server keeps only
+    its hash)."""
+
+    id: int
+    user: str
+    label: str
+    created_at: float
 
 
 class ProjectsIn(_In):

@@ -46,14 +46,10 @@ from gpupool.api.schemas import (
     Role,
     TopOut,
     UsageOut,
-    UserIn,
-    UserOut,
     WorkloadDetail,
-    WorkloadIn,
     WorkloadOut,
     WorkloadPage,
     WorkloadStatus,
-    WorkloadType,
     validation_error_out,
 )
 from gpupool.cli.terminal import output_console
@@ -168,6 +164,39 @@ def stdout() -> Console:
     return output_console()
 
 
+class OutputFormat(enum.StrEnum):
+    """`-o`: the table, a wider table, or the API's models as JSON or YAML."""
+
+    TABLE = "table"
+    WIDE = "wide"
+    JSON = "json"
+    YAML = "yaml"
+
+
+def output_format(output: OutputFormat | None, as_json: bool) -> OutputFormat:
+    """`-o FORMAT`, with `--json` as another way to write `-o json`."""
+    if as_json and output not in (None, OutputFormat.JSON):
+        fail(f"give --json or -o {output}, not both (--json is -o json)")
+    return OutputFormat.JSON if as_json else output or OutputFormat.TABLE
+
+
+def show_as(
+    data: BaseModel | Sequence[BaseModel], chosen: OutputFormat, render: Callable[[], Any]
+) -> None:
+    """Print `data` as JSON or YAML, or what `render()` returns (for table and wide)."""
+    if chosen == OutputFormat.YAML:
+        import yaml  # only this format needs it
+
+        plain = (
+            data.model_dump(mode="json")
+            if isinstance(data, BaseModel)
+            else [item.model_dump(mode="json") for item in data]
+        )
+        typer.echo(yaml.safe_dump(plain, sort_keys=False, allow_unicode=True), nl=False)
+    else:
+        show(data, chosen == OutputFormat.JSON, render)
+
+
 def show(data: BaseModel | Sequence[BaseModel], as_json: bool, render: Callable[[], Any]) -> None:
     """Print `data` as JSON, or what `render()` returns (a rich renderable, or plain text)."""
     if as_json:
@@ -233,19 +262,31 @@ def shorten(text: str | None, width: int = REASON_WIDTH) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def workload_table(workloads: Sequence[WorkloadOut]) -> Table:
-    rows = table("PROJECT", "NAME", "TYPE", "STATUS", "GPU/TASK>", "TASKS>", "AGE>", "REASON")
+def workload_table(workloads: Sequence[WorkloadOut], wide: bool = False) -> Table:
+    """One row per workload; `wide` adds its nodes, submitter and priority, and does not
+    shorten the reason."""
+    columns = ["PROJECT", "NAME", "TYPE", "STATUS", "GPU/TASK>", "TASKS>", "EXIT>", "PREEMPTED>"]
+    columns += ["AGE>", "NODES", "USER", "PRIORITY>", "REASON"] if wide else ["AGE>", "REASON"]
+    rows = table(*columns)
     for w in workloads:
-        rows.add_row(
+        cells = [
             w.project,
             w.name,
             w.type,
             w.status,
             format_gpu_request(w),
             f"{w.running_tasks}/{w.tasks}",
+            "-" if w.exit_code is None else str(w.exit_code),
+            str(w.preemptions),
             age(w.submitted_at),
-            escape(shorten(w.pending_reason)),
-        )
+        ]
+        if wide:
+            nodes = ",".join(dict.fromkeys(p.node for p in w.placement)) or "-"
+            cells += [nodes, w.submitted_by or "-", str(w.priority)]
+            cells.append(escape(w.pending_reason or ""))
+        else:
+            cells.append(escape(shorten(w.pending_reason)))
+        rows.add_row(*cells)
     return rows
 
 
@@ -288,10 +329,15 @@ def describe_view(w: WorkloadDetail) -> Group:
         ("Tasks", f"{w.running_tasks} running of {w.tasks}{gang}"),
         ("Command", " ".join(w.command) or "-"),
         ("Env", " ".join(f"{k}={v}" for k, v in w.env.items()) or "-"),
+        ("CPU per task", f"{w.cpu_milli / 1000:g} cores" if w.cpu_milli else "-"),
+        ("Memory per task", memory_text(w.memory_mib) if w.memory_mib else "-"),
+        ("Image", w.image or "-"),
+        ("Working dir", w.working_dir or "-"),
         ("Submitted", submitted),
         ("Started", clock(w.started_at)),
         ("Finished", clock(w.finished_at)),
         ("Preemptions", str(w.preemptions)),
+        ("Exit code", "-" if w.exit_code is None else str(w.exit_code)),
     ]:  # fmt: skip
         facts.add_row(key, escape(value))
     tasks = table("TASK>", "STATE", "NODE", "DEVICES", "STARTED", "EXIT>", "REASON", title="Tasks")
@@ -349,8 +395,12 @@ def top_view(top: TopOut) -> Group:
 
 # -- login and config ---------------------------------------------------------------------------
 
+OutputOption = Annotated[
+    OutputFormat | None,
+    typer.Option("--output", "-o", help="table (default), wide, json or yaml."),
+]
 JsonOption = Annotated[
-    bool, typer.Option("--json", help="Print the API's JSON instead of a table.")
+    bool, typer.Option("--json", help="Print the API's JSON instead of a table (-o json).")
 ]
 ProjectOption = Annotated[
     str | None,
@@ -449,100 +499,17 @@ def config_show(json_output: JsonOption = False) -> None:
 # -- workloads ----------------------------------------------------------------------------------
 
 
-def submit(
-    name: WorkloadName,
-    command: Annotated[
-        list[str] | None,
-        typer.Argument(metavar="-- COMMAND", help="The command each task runs, after `--`."),
-    ] = None,
-    project: ProjectOption = None,
-    type_: Annotated[WorkloadType, typer.Option("--type", help="Workload type.")] = (
-        WorkloadType.TRAIN
-    ),
-    gpu: Annotated[
-        str | None, typer.Option(help="GPUs per task: whole devices (1, 2) or a fraction (0.5).")
-    ] = None,
-    gpu_memory: Annotated[
-        str | None, typer.Option(help="GPU memory per task instead of --gpu, like 8G.")
-    ] = None,
-    gpu_limit: Annotated[
-        str | None, typer.Option(help="A fraction may burst up to this while it is idle (0.8).")
-    ] = None,
-    tasks: Annotated[int | None, typer.Option(help="Number of tasks (default 1).")] = None,
-    min_available: Annotated[
-        int | None, typer.Option(help="Tasks that must start together (a gang).")
-    ] = None,
-    priority: Annotated[int | None, typer.Option(help="Priority inside the project.")] = None,
-    preemptible: Annotated[
-        bool | None,
-        typer.Option("--preemptible/--non-preemptible", help="Default: by type."),
-    ] = None,
-    duration_s: Annotated[
-        float | None,
-        typer.Option("--duration", metavar="SECONDS", help="Simulated nodes: how long tasks run."),
-    ] = None,
-    grace_period_s: Annotated[
-        int | None,
-        typer.Option("--grace-period", metavar="SECONDS", help="Time to stop before a kill."),
-    ] = None,
-    env: Annotated[
-        list[str] | None, typer.Option("--env", "-e", metavar="K=V", help="Repeatable.")
-    ] = None,
-    image: Annotated[
-        str | None,
-        typer.Option(help="Container image (Kubernetes; default: the server's default image)."),
-    ] = None,
-    json_output: JsonOption = False,
-) -> None:
-    """Submit a workload: `gpupool submit job1 --gpu 1 -- python train.py --lr 0.1`."""
-    chosen = resolve_project(project)
-    variables: dict[str, str] = {}
-    for item in env or []:
-        key, equals, value = item.partition("=")
-        if not equals:
-            fail(f"--env takes KEY=VALUE (got {item!r})")
-        variables[key] = value
-    fields: dict[str, object] = {
-        "gpu": gpu,
-        "gpu_memory": gpu_memory,
-        "gpu_limit": gpu_limit,
-        "tasks": tasks,
-        "min_available": min_available,
-        "priority": priority,
-        "preemptible": preemptible,
-        "duration_s": duration_s,
-        "grace_period_s": grace_period_s,
-        "image": image,
-    }
-    given = {key: value for key, value in fields.items() if value is not None}
-    with handled():
-        base = {
-            "name": name,
-            "project": chosen,
-            "type": type_,
-            "env": variables,
-            "working_dir": os.getcwd(),
-        }
-        spec = WorkloadIn.model_validate(base | {"command": command or []} | given)
-    with connect() as client:
-        workload = client.submit(spec)
-
-    def render() -> str:
-        text = f"Submitted {workload.project}/{workload.name}: {workload.status}"
-        return text + (f" ({workload.pending_reason})" if workload.pending_reason else "")
-
-    show(workload, json_output, render)
-
-
 def list_workloads(
     project: ProjectOption = None,
     status: Annotated[WorkloadStatus | None, typer.Option(help="Only this status.")] = None,
     all_projects: Annotated[
         bool, typer.Option("--all", "-A", help="Every project you can see, not the default one.")
     ] = False,
+    output: OutputOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """List workloads: of --project, else of the default project, else of every project."""
+    chosen_format = output_format(output, json_output)
     if all_projects and project:
         fail("give --project NAME or --all, not both")
     with handled():
@@ -554,17 +521,23 @@ def list_workloads(
             items += page.items
             if not page.items or len(items) >= page.total:
                 break
-    show(WorkloadPage(items=items, total=len(items)), json_output, lambda: workload_table(items))
+    wide = chosen_format == OutputFormat.WIDE
+    page = WorkloadPage(items=items, total=len(items))
+    show_as(page, chosen_format, lambda: workload_table(items, wide))
 
 
 def describe(
-    name: WorkloadName, project: ProjectOption = None, json_output: JsonOption = False
+    name: WorkloadName,
+    project: ProjectOption = None,
+    output: OutputOption = None,
+    json_output: JsonOption = False,
 ) -> None:
-    """Everything about a workload: why it waits, its tasks and its events."""
+    """Everything about a workload: why it waits, its tasks and its events (wide: the same)."""
+    chosen_format = output_format(output, json_output)
     chosen = resolve_project(project)
     with connect() as client:
         detail = client.describe(chosen, name)
-    show(detail, json_output, lambda: describe_view(detail))
+    show_as(detail, chosen_format, lambda: describe_view(detail))
 
 
 def logs(
@@ -685,9 +658,6 @@ def usage_view(report: UsageOut, minutes: int) -> Table:
 
 project_app = typer.Typer(help="Create, change or delete projects (admin).", no_args_is_help=True)
 department_app = typer.Typer(help="Create departments (admin).", no_args_is_help=True)
-user_app = typer.Typer(
-    help="Create users, their tokens and projects (admin).", no_args_is_help=True
-)
 
 QuotaOption = Annotated[str | None, typer.Option(metavar="GPUS", help="Guaranteed GPUs (4, 2.5).")]
 WeightOption = Annotated[int | None, typer.Option(help="Over-quota weight (default 1).")]
@@ -792,70 +762,14 @@ def department_create(
     show(created, json_output, lambda: project_table([created]))
 
 
-UserName = Annotated[str, typer.Argument(help="User name.")]
-UserProjects = Annotated[
-    list[str] | None, typer.Option("--project", "-p", metavar="NAME", help="Repeatable.")
-]
-
-
-def _user_table(users: Sequence[UserOut]) -> Table:
-    rows = table("USER", "ROLE", "PROJECTS")
-    for u in users:
-        rows.add_row(u.name, u.role, ", ".join(u.projects) or "-")
-    return rows
-
-
-@user_app.command("create")
-def user_create(
-    name: UserName,
-    role: Annotated[Role, typer.Option(help="researcher or admin.")] = Role.RESEARCHER,
-    project: UserProjects = None,
-    json_output: JsonOption = False,
-) -> None:
-    """Create a user and print a new token for them (shown once)."""
-    with handled():
-        spec = UserIn(name=name, role=role, projects=project or [])
-    with connect() as client:
-        user = client.create_user(spec)
-        token = client.create_token(user.name)
-        server = client.base_url
-    if json_output:
-        body = {"user": user.model_dump(mode="json"), "token": token.model_dump(mode="json")}
-        typer.echo(json.dumps(body, indent=2))
-        return
-    stdout().print(_user_table([user]))
-    typer.echo(f"token (shown once): {token.token}")
-    typer.echo(f"log in with: gpupool login --server {server} --token {token.token}")
-
-
-@user_app.command("token")
-def user_token(
-    name: UserName,
-    label: Annotated[str, typer.Option(help="What the token is for.")] = "cli",
-    json_output: JsonOption = False,
-) -> None:
-    """Issue a new token for a user (shown once)."""
-    with connect() as client:
-        token = client.create_token(name, label)
-    show(token, json_output, lambda: f"token for {token.user} (shown once): {token.token}")
-
-
-@user_app.command("projects")
-def user_set_projects(
-    name: UserName, project: UserProjects = None, json_output: JsonOption = False
-) -> None:
-    """Replace the projects a researcher may use."""
-    with connect() as client:
-        user = client.set_user_projects(name, project or [])
-    show(user, json_output, lambda: _user_table([user]))
-
-
 def register(app: typer.Typer) -> None:
     """Add the server commands to the `gpupool` app."""
     panel = "Cluster"
     app.command("login", rich_help_panel=panel)(login)
     app.add_typer(config_app, name="config", rich_help_panel=panel)
-    app.command("submit", rich_help_panel=panel)(submit)
+    from gpupool.cli.submit import SubmitCommand, submit
+
+    app.command("submit", cls=SubmitCommand, rich_help_panel=panel)(submit)
     app.command("list", rich_help_panel=panel)(list_workloads)
     app.command("describe", rich_help_panel=panel)(describe)
     app.command("logs", rich_help_panel=panel)(logs)
@@ -874,4 +788,7 @@ def register(app: typer.Typer) -> None:
     admin = "Cluster admin"
     app.add_typer(project_app, name="project", rich_help_panel=admin)
     app.add_typer(department_app, name="department", rich_help_panel=admin)
+    from gpupool.cli.users import token_app, user_app
+
     app.add_typer(user_app, name="user", rich_help_panel=admin)
+    app.add_typer(token_app, name="token", rich_help_panel=admin)

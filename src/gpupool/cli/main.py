@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn
 
+import gpupool
 from gpupool.cli.bench import bench_app
 from gpupool.cli.cluster import register as register_cluster_commands
 from gpupool.cli.server_cmd import register as register_server
@@ -36,7 +37,6 @@ app = typer.Typer(
     name="gpupool",
     help="Pool the GPUs of many machines and share them by policy.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
 )
 
@@ -45,8 +45,24 @@ app.add_typer(bench_app, name="bench")
 register_cluster_commands(app)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpupool {gpupool.__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def main() -> None:
+def main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_version,
+            help="Print the version and exit.",
+        ),
+    ] = False,
+) -> None:
     """Pool the GPUs of many machines and share them by policy."""
 
 

@@ -30,6 +30,7 @@ from gpupool.api.schemas import (
     ProjectPatch,
     ProjectsIn,
     TokenIn,
+    TokenInfo,
     TokenOut,
     TopOut,
     UsageOut,
@@ -361,3 +362,11 @@ class GpupoolClient:
 
     def delete_user(self, name: str) -> None:
         self._request("DELETE", f"/api/v1/users/{_segment(name)}")
+
+    def tokens(self, user: str | None = None) -> list[TokenInfo]:
+        """Every token (admins), or `user`'s; ids, labels and dates, never the tokens."""
+        params: Params = {} if user is None else {"user": user}
+        return self._many(TokenInfo, self._request("GET", "/api/v1/tokens", params=params))
+
+    def revoke_token(self, token_id: int) -> None:
+        self._request("DELETE", f"/api/v1/tokens/{token_id}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 import gpupool
 from gpupool.api.schemas import (
@@ -14,6 +14,7 @@ from gpupool.api.schemas import (
     NodeOut,
     ProjectsIn,
     TokenIn,
+    TokenInfo,
     TokenOut,
     TopOut,
     UsageOut,
@@ -155,5 +156,26 @@ def delete_user(name: str, state: State, caller: Caller) -> Response:
     caller.require_admin("delete users")
     with state.write() as session:
         users.remove(session, users.get_row(session, name), caller.name)
+    state.tokens.clear()
+    return Response(status_code=204)
+
+
+@api.get("/tokens", tags=["users"])
+def list_tokens(state: State, caller: Caller, user: str | None = None) -> list[TokenInfo]:
+    """Every user's tokens (`user`: only theirs): id, user, label and when issued; never the
+    token itself. Admins only."""
+    caller.require_admin("list tokens")
+    with state.read() as session:
+        return users.list_tokens(session, None if user is None else users.get_row(session, user))
+
+
+@api.delete("/tokens/{token_id}", tags=["users"], status_code=204)
+def revoke_token(
+    token_id: Annotated[int, Path(ge=1, le=2**63 - 1)], state: State, caller: Caller
+) -> Response:
+    """Revoke a token: requests with it answer 401 from now on. Admins only."""
+    caller.require_admin("revoke tokens")
+    with state.write() as session:
+        users.revoke_token(session, token_id)
     state.tokens.clear()
     return Response(status_code=204)

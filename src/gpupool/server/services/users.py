@@ -7,7 +7,7 @@ from pathlib import Path
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from gpupool.api.schemas import Role, TokenOut, UserIn, UserOut
+from gpupool.api.schemas import Role, TokenInfo, TokenOut, UserIn, UserOut
 from gpupool.server.auth import new_token, token_digest
 from gpupool.server.db import MembershipRow, ProjectRow, TokenRow, UserRow
 from gpupool.server.errors import conflict, invalid, not_found
@@ -82,11 +82,44 @@ def set_projects(session: Session, row: UserRow, names: list[str]) -> UserOut:
 
 def issue_token(session: Session, row: UserRow, label: str, now_s: float) -> TokenOut:
     token = new_token()
-    session.add(
-        TokenRow(user_id=row.id, token_sha256=token_digest(token), label=label, created_at=now_s)
+    added = TokenRow(
+        user_id=row.id, token_sha256=token_digest(token), label=label, created_at=now_s
     )
+    session.add(added)
     session.flush()
-    return TokenOut(token=token, user=row.name, role=Role(row.role))
+    return TokenOut(token=token, user=row.name, role=Role(row.role), id=added.id)
+
+
+def list_tokens(session: Session, user: UserRow | None) -> list[TokenInfo]:
+    """Every token (of `user` only, when given), oldest first; never the token itself."""
+    query = select(TokenRow, UserRow.name).join(UserRow, UserRow.id == TokenRow.user_id)
+    if user is not None:
+        query = query.where(TokenRow.user_id == user.id)
+    return [
+        TokenInfo(id=token.id, user=name, label=token.label, created_at=token.created_at)
+        for token, name in session.execute(query.order_by(TokenRow.id)).all()
+    ]
+
+
+def revoke_token(session: Session, token_id: int) -> None:
+    """Delete a token; never the last one of every admin (nobody could administer the server)."""
+    row = session.get(TokenRow, token_id)
+    if row is None:
+        raise not_found("token", str(token_id), "list tokens with `gpupool token list`")
+    owner = session.get(UserRow, row.user_id)
+    if owner is not None and owner.role == Role.ADMIN.value:
+        others = session.scalar(
+            select(func.count())
+            .select_from(TokenRow)
+            .join(UserRow, UserRow.id == TokenRow.user_id)
+            .where(UserRow.role == Role.ADMIN.value, TokenRow.id != token_id)
+        )
+        if not others:
+            raise conflict(
+                f"token {token_id} is the last admin token: issue another first "
+                f"(gpupool user token {owner.name})"
+            )
+    session.delete(row)
 
 
 def bootstrap_admin(session: Session, data_dir: Path, now_s: float) -> Path | None:

@@ -1,0 +1,271 @@
+"""A new user's day with the CLI: `submit` refuses nothing-to-run and takes a workload file,
+CPU, memory, node selector, env file and working dir; `--version` and shell completion; `list`
+shows exit codes, preemptions and `-o json|yaml|wide`; admins delete users and list and revoke
+tokens. Offline checks use a closed port (a request would exit 6, not 2); the rest run against
+one real `gpupool server` for the module."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import Result
+from typer.testing import CliRunner
+
+import gpupool
+from gpupool.api.schemas import ProjectIn, WorkloadOut
+from gpupool.cli.main import app
+from gpupool.client.config import ClientConfig, write_config
+from gpupool.client.http import ApiError, GpupoolClient
+from gpupool.server.process import ServerProcess
+from liveserver import LiveServer, unique, wait_for
+
+Cli = Callable[..., Result]
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    return tmp_path / "gpupool" / "config.json"
+
+
+@pytest.fixture
+def cli(config_file: Path) -> Cli:
+    runner = CliRunner()
+    env = {
+        "GPUPOOL_CONFIG": str(config_file),
+        "GPUPOOL_SERVER": None,
+        "GPUPOOL_TOKEN": None,
+        "GPUPOOL_PROJECT": None,
+        "COLUMNS": "250",
+    }
+
+    def run(*args: str) -> Result:
+        return runner.invoke(app, list(args), env=env)
+
+    return run
+
+
+@pytest.fixture
+def offline(cli: Cli, config_file: Path) -> Cli:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    write_config(ClientConfig(server=url, token="gp_x", project="team-a"), config_file)
+    return cli
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# -- offline ---------------------------------------------------------------------------------------
+
+
+def test_version_and_completion(cli: Cli) -> None:
+    version = cli("--version")
+    assert version.exit_code == 0
+    assert version.stdout == f"gpupool {gpupool.__version__}\n"
+    shown = cli("--show-completion", "bash")
+    assert shown.exit_code == 0, shown.output
+    assert "complete" in shown.stdout and "_GPUPOOL_COMPLETE" in shown.stdout.upper()
+    assert "--install-completion" in cli("--help").stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "nothing to run: give the command after `--`"),
+        (["--cpu", "lots"], "--cpu takes CPU cores like 4, 0.5 or 250m (got 'lots')"),
+        (["--cpu", "0.0001"], "--cpu must be more than 0 in whole millicores"),
+        (["--memory", "16X"], "memory: memory unit 'X' is not known"),
+        (["--node-selector", "zone"], "--node-selector takes KEY=VALUE (got 'zone')"),
+        (["--node-selector", "zone=a b"], "node_selector.zone.0:"),
+        (["--env-file", "missing.env"], "cannot read the env file missing.env"),
+    ],
+)
+def test_submit_refuses_bad_input_saying_how_to_fix(
+    offline: Cli, args: list[str], message: str
+) -> None:
+    command = [] if not args else ["--", "python", "train.py"]
+    result = offline("submit", "job1", "--gpu", "1", *args, *command)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+
+
+@pytest.mark.parametrize("enough", [["--duration", "60"], ["--image", "python:3.12-slim"]])
+def test_a_duration_or_an_image_is_enough_to_run(offline: Cli, enough: list[str]) -> None:
+    assert offline("submit", "job1", "--gpu", "1", *enough).exit_code == 6  # reached for it
+
+
+def test_the_command_after_dashes_is_not_taken_for_the_name(offline: Cli, tmp_path: Path) -> None:
+    file = write(tmp_path / "job.yaml", "gpu: 1\n")
+    result = offline("submit", "-f", str(file), "--", "python", "train.py")
+    assert result.exit_code == 2
+    assert "no workload name: give it first" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("name: j\ngpus: 2\n", "unknown key 'gpus'; the keys are: name, project"),
+        ("name: j\ngpu: 1\ncommand: python train.py\n", "command must be a list"),
+        ("- name: j\n", "must be one YAML mapping"),
+        ("name: j\n---\nname: k\n", "is not valid YAML (one document)"),
+        ("name: j\ngpu: 1\nenv: [A]\ncommand: [x]\n", "env must be a mapping"),
+        ("name: j\ngpu: 1.5\ncommand: [x]\n", "gpu: a fraction must be between 0 and 1"),
+    ],
+)
+def test_a_bad_workload_file_names_the_problem(
+    offline: Cli, tmp_path: Path, text: str, message: str
+) -> None:
+    result = offline("submit", "-f", str(write(tmp_path / "job.yaml", text)))
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+
+
+def test_json_and_another_output_format_conflict(offline: Cli) -> None:
+    result = offline("list", "--json", "-o", "yaml")
+    assert result.exit_code == 2
+    assert "give --json or -o yaml, not both" in result.stderr
+
+
+# -- against a real server -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    process = ServerProcess(
+        tmp_path_factory.mktemp("server"), simulated_nodes="2x4", cycle_interval_s=0.1
+    )
+    with process:
+        yield LiveServer(process)
+
+
+@pytest.fixture
+def admin(cli: Cli, server: LiveServer, config_file: Path) -> Cli:
+    write_config(ClientConfig(server=server.url, token=server.admin_token), config_file)
+    return cli
+
+
+@pytest.fixture
+def api(server: LiveServer) -> Iterator[GpupoolClient]:
+    with GpupoolClient(server.url, server.admin_token) as client:
+        yield client
+
+
+def new_project(api: GpupoolClient) -> str:
+    name = unique("p")
+    api.create_project(ProjectIn.model_validate({"name": name, "quota": {"gpu": 2}}))
+    return name
+
+
+def json_out(result: Result) -> Any:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_submit_from_a_file_with_the_command_line_on_top(
+    admin: Cli, api: GpupoolClient, tmp_path: Path
+) -> None:
+    project = new_project(api)
+    write(tmp_path / "job.env", "# secrets\nexport SEED=1\nTOKEN='a b'\n\nLR=0.1\n")
+    file = write(
+        tmp_path / "job.yaml",
+        f"name: {unique('job')}\nproject: {project}\ngpu: 0.5\ntasks: 1\n"
+        "command: [python, train.py]\nenv: {SEED: 0, MODE: fast}\nenv-file: job.env\n"
+        "node_selector: {zone: [eu-1, eu-2]}\nworking_dir: data\nduration: 60\n",
+    )
+    name = unique("job")
+    result = admin(
+        "submit", name, "-f", str(file), "--cpu", "0.5", "--memory", "16G",
+        "--env", "LR=0.2", "--node-selector", "zone=eu-3", "--json", "--", "python", "eval.py",
+    )  # fmt: skip
+    out = WorkloadOut.model_validate(json_out(result))
+    assert (out.name, out.project, out.gpu_amount) == (name, project, 500)
+    assert out.command == ["python", "eval.py"]
+    assert out.env == {"SEED": "0", "MODE": "fast", "TOKEN": "a b", "LR": "0.2"}  # env: > env_file
+    assert (out.cpu_milli, out.memory_mib) == (500, 16384)
+    assert out.working_dir == str(tmp_path / "data")
+    # node_selector is not in WorkloadOut: the scheduler's reason shows it
+    wait_for(lambda: "zone" in (api.describe(project, name).pending_reason or ""), 10, "reason")
+    admin("delete", name, "-p", project)
+
+
+def test_working_dir_option_and_the_default(admin: Cli, api: GpupoolClient, tmp_path: Path) -> None:
+    project = new_project(api)
+    first, second = unique("job"), unique("job")
+    given = admin("submit", first, "-p", project, "--gpu", "0.1", "--working-dir", str(tmp_path),
+                  "--json", "--", "true")  # fmt: skip
+    assert json_out(given)["working_dir"] == str(tmp_path)
+    default = admin("submit", second, "-p", project, "--gpu", "0.1", "--json", "--", "true")
+    assert Path(json_out(default)["working_dir"]).is_absolute()
+
+
+def test_list_shows_exit_code_preemptions_and_formats(admin: Cli, api: GpupoolClient) -> None:
+    project, name = new_project(api), unique("job")
+    job = ["-p", project, "--gpu", "1", "--duration", "0.2"]
+    assert admin("submit", name, *job).exit_code == 0
+    wait_for(lambda: api.describe(project, name).status == "completed", 10, "it to complete")
+    listed = admin("list", "-p", project)
+    assert "EXIT" in listed.stdout and "PREEMPTED" in listed.stdout
+    [row] = [line for line in listed.stdout.splitlines() if name in line]
+    assert row.split()[:9] == [
+        project,
+        name,
+        "train",
+        "completed",
+        "1",
+        "0/1",
+        "0",
+        "0",
+        row.split()[8],
+    ]
+    wide = admin("list", "-p", project, "-o", "wide")
+    assert "NODES" in wide.stdout and "USER" in wide.stdout
+    [wide_row] = [line for line in wide.stdout.splitlines() if name in line]
+    assert "admin" in wide_row.split()
+    as_yaml = yaml.safe_load(admin("list", "-p", project, "-o", "yaml").stdout)
+    assert as_yaml["items"][0]["exit_code"] == 0
+    assert json_out(admin("list", "-p", project, "-o", "json")) == json_out(
+        admin("list", "-p", project, "--json")
+    )
+    described = yaml.safe_load(admin("describe", name, "-p", project, "-o", "yaml").stdout)
+    assert described["name"] == name and described["preemptions"] == 0
+    shown = admin("describe", name, "-p", project, "-o", "wide")
+    assert "Exit code" in shown.stdout
+
+
+def test_admin_deletes_users_and_lists_and_revokes_tokens(admin: Cli, server: LiveServer) -> None:
+    user = unique("u")
+    created = json_out(admin("user", "create", user, "--json"))
+    token = created["token"]
+    listed = admin("token", "list", user)
+    assert listed.exit_code == 0, listed.output
+    assert token["token"] not in listed.stdout
+    [row] = [line for line in listed.stdout.splitlines() if user in line]
+    assert row.split()[:3] == [str(token["id"]), user, "cli"]
+    everyone = json_out(admin("token", "list", "--json"))
+    assert {user, "admin"} <= {t["user"] for t in everyone}
+
+    revoked = admin("token", "revoke", str(token["id"]))
+    assert revoked.exit_code == 0, revoked.output
+    assert revoked.stdout.strip() == f"Revoked token {token['id']}"
+    with GpupoolClient(server.url, token["token"]) as theirs, pytest.raises(ApiError) as caught:
+        theirs.whoami()
+    assert caught.value.status == 401
+    again = admin("token", "revoke", str(token["id"]))
+    assert again.exit_code == 3
+    assert "gpupool token list" in again.stderr
+
+    deleted = admin("user", "delete", user)
+    assert deleted.exit_code == 0, deleted.output
+    assert admin("user", "delete", user).exit_code == 3
+    assert admin("token", "list", user).exit_code == 3
+    assert admin("user", "delete", "admin").exit_code == 5  # not yourself
