@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import NamedTuple
 
 from gpupool.core.decisions import Evict, Move
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Workload
@@ -47,16 +48,24 @@ def _format_amount(resource: int, amount: int) -> str:
     return f"{amount} MiB of memory"
 
 
-@dataclass(frozen=True, slots=True)
-class Ask:
-    """What placing some tasks of a workload adds to its project: per resource."""
+class Ask(NamedTuple):
+    """What placing some tasks of a workload adds to its project: per resource (indexed by
+    GPU, CPU, MEMORY). A tuple, since the cycle makes one per workload it looks at."""
 
     gpu_milli: int
     cpu_milli: int
     memory_mib: int
 
     def amount(self, resource: int) -> int:
-        return (self.gpu_milli, self.cpu_milli, self.memory_mib)[resource]
+        return self[resource]
+
+
+_NOTHING = Ask(0, 0, 0)
+
+LimitLevel = tuple[int, tuple[tuple[int, int], ...]]
+"""A project-tree level with a limit: (project, ((resource, cap), ...)) for the capped ones."""
+QuotaCheck = tuple[int, int, int]
+"""(project, resource, quota) that non-preemptible work must stay within (G3)."""
 
 
 class CycleContext:
@@ -75,6 +84,45 @@ class CycleContext:
         self.bind_reasons: dict[int, str] = {}
         self.policy_blocked: set[int] = set()
         """Works that G3 holds back this cycle: evicting others cannot help them."""
+        self.shape_keys: dict[int, tuple[object, ...]] = {}
+        """Per work with nothing placed: its shape key (`actions.allocate.shape_key`), which
+        allocate, reclaim and preempt each look up."""
+        self._limit_levels: list[tuple[LimitLevel, ...]] = []
+        """Per project: the levels of its path, root first, that have a limit."""
+        self._quota_checks: list[tuple[QuotaCheck, ...]] = []
+        """Per project: the quotas along its path, root first, that G3 checks."""
+        self._gpu_caps: list[tuple[tuple[int, bool, int | None], ...]] = []
+        """Per project: (level, is quota, GPU cap) along its path, for `gpu_headroom`."""
+        for record in session.projects:
+            levels: list[LimitLevel] = []
+            quotas: list[QuotaCheck] = []
+            caps: list[tuple[int, bool, int | None]] = []
+            for p in record.ancestors:
+                spec = session.projects[p].spec
+                limit, quota = spec.limit, spec.quota
+                capped = tuple(
+                    (resource, cap)
+                    for resource, cap in enumerate(
+                        (limit.gpu_milli, limit.cpu_milli, limit.memory_mib)
+                    )
+                    if cap is not None
+                )
+                if capped:
+                    levels.append((p, capped))
+                for resource, amount in enumerate(
+                    (quota.gpu_milli, quota.cpu_milli, quota.memory_mib)
+                ):
+                    if resource == GPU or amount != 0:
+                        quotas.append((p, resource, amount))
+                caps.append((p, False, limit.gpu_milli))
+                caps.append((p, True, quota.gpu_milli))
+            self._limit_levels.append(tuple(levels))
+            self._quota_checks.append(tuple(quotas))
+            self._gpu_caps.append(tuple(caps))
+
+    def limit_levels(self, project: int) -> tuple[LimitLevel, ...]:
+        """The levels of `project`'s path, root first, that have a limit."""
+        return self._limit_levels[project]
 
     # --- requests ---------------------------------------------------------------------------
 
@@ -86,12 +134,21 @@ class CycleContext:
             spec.memory_mib * task_count,
         )
 
+    def gang_to_start(self, work: WorkRecord) -> int:
+        """`len(self.tasks_to_start(work)[0])`, without building the lists."""
+        if work.allocs:
+            return 0
+        spec = work.spec
+        gang = spec.tasks if spec.min_available is None else spec.min_available
+        return len(range(spec.tasks)[:gang])
+
     def tasks_to_start(self, work: WorkRecord) -> tuple[list[int], list[int]]:
         """(gang tasks that must start together, elastic extras that start when they fit)."""
-        missing = work.missing_tasks
         if work.allocs:
-            return [], missing
-        gang = work.spec.gang_size
+            return [], work.missing_tasks
+        spec = work.spec
+        missing = list(range(spec.tasks))
+        gang = spec.tasks if spec.min_available is None else spec.min_available
         return missing[:gang], missing[gang:]
 
     # --- policy checks ----------------------------------------------------------------------
@@ -99,22 +156,25 @@ class CycleContext:
     def over_limit(self, work: WorkRecord, ask: Ask) -> list[int]:
         """Levels of the project tree (root first) whose limit `ask` would exceed."""
         levels = []
-        for p in self.session.project_path(work):
-            record = self.session.projects[p]
-            limit = record.spec.limit
-            for resource, cap in enumerate((limit.gpu_milli, limit.cpu_milli, limit.memory_mib)):
-                if cap is not None and record.holding[resource] + ask.amount(resource) > cap:
+        projects = self.session.projects
+        for p, capped in self._limit_levels[work.project]:
+            holding = projects[p].holding
+            for resource, cap in capped:
+                if holding[resource] + ask[resource] > cap:
                     levels.append(p)
                     break
         return levels
 
     def limit_problem(self, work: WorkRecord, ask: Ask) -> str | None:
         """Why `ask` would take the project or a department above its limit, or None."""
-        for p in self.session.project_path(work):
-            record = self.session.projects[p]
-            limit = record.spec.limit
-            for resource, cap in enumerate((limit.gpu_milli, limit.cpu_milli, limit.memory_mib)):
-                if cap is not None and record.holding[resource] + ask.amount(resource) > cap:
+        levels = self._limit_levels[work.project]
+        if not levels:
+            return None
+        projects = self.session.projects
+        for p, capped in levels:
+            record = projects[p]
+            for resource, cap in capped:
+                if record.holding[resource] + ask[resource] > cap:
                     kind = "project" if p == work.project else "department"
                     return (
                         f"{kind} {record.name} is at its limit of {_format_amount(resource, cap)}"
@@ -126,27 +186,26 @@ class CycleContext:
         """G3: non-preemptible work only within quota, at every level. None if fine."""
         if work.preemptible:
             return None
-        for p in self.session.project_path(work):
-            record = self.session.projects[p]
-            quota = record.spec.quota
-            for resource, amount in enumerate((quota.gpu_milli, quota.cpu_milli, quota.memory_mib)):
-                if resource != GPU and amount == 0:
-                    continue
-                held = record.nonpreemptible_holding[resource]
-                if held + ask.amount(resource) > amount:
-                    kind = "project" if p == work.project else "department"
-                    return (
-                        f"non-preemptible ({work.spec.type.value}) work must stay within quota:"
-                        f" {kind} {record.name} has a quota of {_format_amount(resource, amount)}"
-                        f" and already holds {_format_amount(resource, held)} of"
-                        " non-preemptible work"
-                    )
+        projects = self.session.projects
+        for p, resource, amount in self._quota_checks[work.project]:
+            record = projects[p]
+            held = record.nonpreemptible_holding[resource]
+            if held + ask[resource] > amount:
+                kind = "project" if p == work.project else "department"
+                return (
+                    f"non-preemptible ({work.spec.type.value}) work must stay within quota:"
+                    f" {kind} {record.name} has a quota of {_format_amount(resource, amount)}"
+                    f" and already holds {_format_amount(resource, held)} of"
+                    " non-preemptible work"
+                )
         return None
 
     def policy_problem(self, work: WorkRecord, task_count: int) -> str | None:
         """Checked before placing. A memory request is charged as the fraction of the device it
         lands on, estimated here on the largest device: a lower bound, so `holds_within_policy`
         checks again once the tasks are placed."""
+        if work.preemptible and not self._limit_levels[work.project]:
+            return None
         ask = self.ask(work, task_count)
         return self.limit_problem(work, ask) or self.quota_problem(work, ask)
 
@@ -154,10 +213,13 @@ class CycleContext:
         """After placing: limits at every level, and G3 for non-preemptible work. Allocate needs
         it for memory requests only (other charges are exact in `policy_problem`); evictions
         need it always, since evicting the project's own work changes what it holds."""
-        nothing = Ask(0, 0, 0)
-        return self.limit_problem(work, nothing) is None and (
-            self.quota_problem(work, nothing) is None
-        )
+        projects = self.session.projects
+        for p, capped in self._limit_levels[work.project]:
+            holding = projects[p].holding
+            for resource, cap in capped:
+                if holding[resource] > cap:
+                    return False
+        return work.preemptible or self.quota_problem(work, _NOTHING) is None
 
     # --- placing ----------------------------------------------------------------------------
 
@@ -179,15 +241,15 @@ class CycleContext:
         work) of every level; None when nothing caps it. Matters for memory requests, whose
         charge depends on the device they land on."""
         headroom: int | None = None
-        for p in self.session.project_path(work):
-            record = self.session.projects[p]
-            caps = [record.spec.limit.gpu_milli]
-            if not work.preemptible:
-                caps.append(record.spec.quota.gpu_milli)
-            held = (record.holding[GPU], record.nonpreemptible_holding[GPU])
-            for cap, holding in zip(caps, held, strict=False):
-                if cap is not None and (headroom is None or cap - holding < headroom):
-                    headroom = cap - holding
+        projects = self.session.projects
+        preemptible = work.preemptible
+        for p, is_quota, cap in self._gpu_caps[work.project]:
+            if cap is None or (is_quota and preemptible):
+                continue
+            record = projects[p]
+            holding = record.nonpreemptible_holding[GPU] if is_quota else record.holding[GPU]
+            if headroom is None or cap - holding < headroom:
+                headroom = cap - holding
         return headroom
 
     def place_extras(self, work: WorkRecord, extras: list[int]) -> None:
