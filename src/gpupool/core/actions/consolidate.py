@@ -21,7 +21,7 @@ moves per attempt, a few candidate places per task.
 
 from __future__ import annotations
 
-from gpupool.core.actions.victims import can_be_victim, fits_back, victim_units
+from gpupool.core.actions.victims import can_be_victim, fits_back, victim_order
 from gpupool.core.context import CycleContext
 from gpupool.core.decisions import Move, MoveCause
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind
@@ -47,12 +47,13 @@ def consolidate(ctx: CycleContext) -> None:
     for work in [w for w in session.works if w.state is WorkState.PENDING]:
         if budget <= 0:
             return
-        gang, extras = ctx.tasks_to_start(work)
-        if not gang or ctx.policy_problem(work, len(gang)) is not None:
+        gang_size = ctx.gang_to_start(work)
+        if not gang_size or work.task_gpu_milli * gang_size > session.idle_gpu_milli:
             continue
-        if work.task_gpu_milli * len(gang) > session.idle_gpu_milli:
+        if ctx.policy_problem(work, gang_size) is not None:
             continue
         budget -= 1
+        gang, extras = ctx.tasks_to_start(work)
         if movers is None:
             movers = _movers_by_device(ctx)
         statement = Statement(session)
@@ -72,8 +73,8 @@ def consolidate(ctx: CycleContext) -> None:
 def _movers_by_device(ctx: CycleContext) -> dict[tuple[int, int], list[Mover]]:
     """Tasks that may move, per (node, device) they are charged to, first to move first."""
     session = ctx.session
-    movable = [w for w in session.works if w.spec.movable and can_be_victim(session, w)]
-    movable.sort(key=lambda w: victim_units(w)[-1].order)
+    movable = [w for w in session.running_at_start if w.spec.movable and can_be_victim(session, w)]
+    movable.sort(key=victim_order)
     by_device: dict[tuple[int, int], list[Mover]] = {}
     for rank, work in enumerate(movable):
         for task, alloc in sorted(work.allocs.items()):
