@@ -53,6 +53,8 @@ class TaskAlloc(NamedTuple):
 
 _TYPE_DEFAULTS = {t: (t.default_priority, t.default_preemptible) for t in WorkloadType}
 """Per workload type: (priority, preemptible) when the workload does not set them."""
+_WHOLE = GpuRequestKind.WHOLE
+_FRACTION = GpuRequestKind.FRACTION
 _TRAIN = WorkloadType.TRAIN
 _TRAIN_DEFAULTS = _TYPE_DEFAULTS[_TRAIN]
 """The most common type, told apart by identity: hashing an enum member runs Python code."""
@@ -166,6 +168,14 @@ class Session:
         ]
         self.project_index = {p.name: i for i, p in enumerate(snapshot.projects)}
         self._link_projects()
+        self._holders = [
+            tuple(
+                (self.projects[p].holding, self.projects[p].nonpreemptible_holding)
+                for p in record.ancestors
+            )
+            for record in self.projects
+        ]
+        """Per project: the holding lists (all, non-preemptible) of its path, for `_charge`."""
 
         self.works: list[WorkRecord] = []
         self.work_index: dict[str, int] = {}
@@ -337,23 +347,25 @@ class Session:
         node = self.node_index.get(placement.node)
         if node is None:
             raise ValueError(f"workload {spec.name!r} runs on unknown node {placement.node!r}")
-        device_memory = self.nodes[node].gpu_memory_mib
-        for device in placement.devices + (
-            () if placement.burst_device is None else (placement.burst_device,)
-        ):
-            if not 0 <= device < self.nodes[node].gpu_count:
+        spec_node = self.nodes[node]
+        count = spec_node.gpu_count
+        devices = placement.devices
+        burst = placement.burst_device
+        for device in devices if burst is None else (*devices, burst):
+            if not 0 <= device < count:
                 raise ValueError(
                     f"workload {spec.name!r} runs on device {device} of {placement.node!r}, "
-                    f"which has {self.nodes[node].gpu_count} devices"
+                    f"which has {count} devices"
                 )
-        return TaskAlloc(
-            task_index=placement.task_index,
-            node=node,
-            devices=placement.devices,
-            milli_per_device=spec.gpu.milli_on(device_memory) if spec.gpu.is_shared else 1000,
-            memory_mib_per_device=spec.gpu.memory_mib_on(device_memory),
-            burst_device=placement.burst_device,
-        )
+        device_memory = spec_node.gpu_memory_mib
+        gpu = spec.gpu
+        if gpu.kind is _WHOLE:
+            milli, memory = MILLI_PER_GPU, device_memory
+        elif gpu.kind is _FRACTION:
+            milli, memory = gpu.amount, gpu.amount * device_memory // MILLI_PER_GPU
+        else:
+            milli, memory = gpu.milli_on(device_memory), gpu.memory_mib_on(device_memory)
+        return TaskAlloc(placement.task_index, node, devices, milli, memory, burst)
 
     # --- the only two mutations -----------------------------------------------------------
 
@@ -368,7 +380,7 @@ class Session:
             work.allocs = {}
         work.allocs[alloc.task_index] = alloc
         self._charge(work, milli * len(alloc.devices), spec.cpu_milli, spec.memory_mib)
-        if spec.gpu.is_burstable:
+        if spec.gpu.kind is _FRACTION and spec.gpu.is_burstable:
             self.burstable_works[work.index] = None
 
     def _remove_alloc(self, work: WorkRecord, task_index: int) -> TaskAlloc:
@@ -383,19 +395,15 @@ class Session:
         return alloc
 
     def _charge(self, work: WorkRecord, gpu: int, cpu: int, memory: int) -> None:
-        projects = self.projects
         nonpreemptible = not work.preemptible
-        for p in projects[work.project].ancestors:
-            record = projects[p]
-            holding = record.holding
+        for holding, nonpreemptible_holding in self._holders[work.project]:
             holding[0] += gpu
             holding[1] += cpu
             holding[2] += memory
             if nonpreemptible:
-                holding = record.nonpreemptible_holding
-                holding[0] += gpu
-                holding[1] += cpu
-                holding[2] += memory
+                nonpreemptible_holding[0] += gpu
+                nonpreemptible_holding[1] += cpu
+                nonpreemptible_holding[2] += memory
 
     def _change_devices(self, node: int, devices: tuple[int, ...], milli: int, memory: int) -> None:
         """Add `milli` and `memory` (negative: take them off) to each of `devices` of `node`,
