@@ -84,6 +84,9 @@ class CycleContext:
         self.bind_reasons: dict[int, str] = {}
         self.policy_blocked: set[int] = set()
         """Works that G3 holds back this cycle: evicting others cannot help them."""
+        self.queues: dict[int, list[WorkRecord]] | None = None
+        """Allocate's queues: per project, the work waiting to start tasks when allocate began,
+        by priority then submission (work that waits later in the cycle is among it)."""
         self.shape_keys: dict[int, tuple[object, ...]] = {}
         """Per work with nothing placed: its shape key (`actions.allocate.shape_key`), which
         allocate, reclaim and preempt each look up."""
@@ -91,6 +94,9 @@ class CycleContext:
         """Per project: the levels of its path, root first, that have a limit."""
         self._quota_checks: list[tuple[QuotaCheck, ...]] = []
         """Per project: the quotas along its path, root first, that G3 checks."""
+        self._limit_texts: dict[tuple[int, int, int, bool], str] = {}
+        self._quota_texts: dict[tuple[int, int, int, bool, str], str] = {}
+        """Policy problems in words by what they say: a long queue gets a few texts, often."""
         self._gpu_caps: list[tuple[tuple[int, bool, int | None], ...]] = []
         """Per project: (level, is quota, GPU cap) along its path, for `gpu_headroom`."""
         for record in session.projects:
@@ -174,12 +180,18 @@ class CycleContext:
         for p, capped in levels:
             record = projects[p]
             for resource, cap in capped:
-                if record.holding[resource] + ask[resource] > cap:
-                    kind = "project" if p == work.project else "department"
-                    return (
-                        f"{kind} {record.name} is at its limit of {_format_amount(resource, cap)}"
-                        f" (holding {_format_amount(resource, record.holding[resource])})"
-                    )
+                held = record.holding[resource]
+                if held + ask[resource] > cap:
+                    key = (p, resource, held, p == work.project)
+                    text = self._limit_texts.get(key)
+                    if text is None:
+                        kind = "project" if p == work.project else "department"
+                        text = self._limit_texts[key] = (
+                            f"{kind} {record.name} is at its limit of"
+                            f" {_format_amount(resource, cap)}"
+                            f" (holding {_format_amount(resource, held)})"
+                        )
+                    return text
         return None
 
     def quota_problem(self, work: WorkRecord, ask: Ask) -> str | None:
@@ -191,13 +203,18 @@ class CycleContext:
             record = projects[p]
             held = record.nonpreemptible_holding[resource]
             if held + ask[resource] > amount:
-                kind = "project" if p == work.project else "department"
-                return (
-                    f"non-preemptible ({work.spec.type.value}) work must stay within quota:"
-                    f" {kind} {record.name} has a quota of {_format_amount(resource, amount)}"
-                    f" and already holds {_format_amount(resource, held)} of"
-                    " non-preemptible work"
-                )
+                work_type = work.spec.type._value_
+                key = (p, resource, held, p == work.project, work_type)
+                text = self._quota_texts.get(key)
+                if text is None:
+                    kind = "project" if p == work.project else "department"
+                    text = self._quota_texts[key] = (
+                        f"non-preemptible ({work_type}) work must stay within quota:"
+                        f" {kind} {record.name} has a quota of {_format_amount(resource, amount)}"
+                        f" and already holds {_format_amount(resource, held)} of"
+                        " non-preemptible work"
+                    )
+                return text
         return None
 
     def policy_problem(self, work: WorkRecord, task_count: int) -> str | None:

@@ -70,7 +70,7 @@ def queues_by_project(ctx: CycleContext) -> dict[int, list[WorkRecord]]:
 
 
 def allocate(ctx: CycleContext) -> None:
-    queues = queues_by_project(ctx)
+    queues = ctx.queues = queues_by_project(ctx)
     projects = ctx.session.projects
     cursor = dict.fromkeys(queues, 0)
     heap = [(share_ratio(ctx, p), projects[p].name, p) for p in queues]

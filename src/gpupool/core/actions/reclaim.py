@@ -27,7 +27,12 @@ from __future__ import annotations
 
 import bisect
 
-from gpupool.core.actions.allocate import ShapeKey, pending_shape_key, share_ratio
+from gpupool.core.actions.allocate import (
+    ShapeKey,
+    pending_shape_key,
+    queues_by_project,
+    share_ratio,
+)
 from gpupool.core.actions.victims import (
     Reason,
     VictimUnit,
@@ -46,11 +51,25 @@ _NOTHING_TO_RECLAIM = "no over-quota work of other projects can be reclaimed to 
 def _pending_in_order(ctx: CycleContext) -> list[WorkRecord]:
     """Pending work that evictions could help (G3 holds none of it back), in reclaim order."""
     blocked = ctx.policy_blocked
-    pending = [
-        w for w in ctx.session.works if w.state is WorkState.PENDING and w.index not in blocked
-    ]
-    ratios = [share_ratio(ctx, p) for p in range(len(ctx.session.projects))]
-    pending.sort(key=lambda w: (ratios[w.project], -w.priority, w.spec.submit_seq))
+    queues = ctx.queues if ctx.queues is not None else queues_by_project(ctx)
+    # Each queue is already in (priority, submission) order, ties in workload order: sort the
+    # projects by ratio and merge only the queues of projects whose ratios are equal.
+    by_ratio: dict[float, list[int]] = {}
+    for project in queues:
+        by_ratio.setdefault(share_ratio(ctx, project), []).append(project)
+    pending_state = WorkState.PENDING
+    pending: list[WorkRecord] = []
+    for ratio in sorted(by_ratio):
+        projects = by_ratio[ratio]
+        waiting = [
+            w
+            for p in projects
+            for w in queues[p]
+            if w.state is pending_state and w.index not in blocked
+        ]
+        if len(projects) > 1:
+            waiting.sort(key=lambda w: (-w.priority, w.spec.submit_seq, w.index))
+        pending.extend(waiting)
     return pending
 
 
@@ -80,17 +99,21 @@ def reclaim(ctx: CycleContext) -> None:
         gang_size = ctx.gang_to_start(work)
         if not gang_size:
             continue
-        ask = ctx.ask(work, gang_size)
-        if ctx.quota_problem(work, ask) is not None:
-            continue
-        # A limit is lifted only by evicting work below it: at the project's own limit, only
-        # its own work (preempt); at a department's, the work of the department's projects.
-        over = ctx.over_limit(work, ask)
-        if work.project in over:
-            continue
+        if not work.preemptible or ctx.limit_levels(work.project):
+            ask = ctx.ask(work, gang_size)
+            if ctx.quota_problem(work, ask) is not None:
+                continue
+            # A limit is lifted only by evicting work below it: at the project's own limit,
+            # only its own work (preempt); at a department's, the work of the department's
+            # projects.
+            over = ctx.over_limit(work, ask)
+            if work.project in over:
+                continue
+        else:
+            over = []
         scope = over[-1] if over else None
         leaf = session.projects[work.project]
-        ask_gpu = ask.gpu_milli
+        ask_gpu = work.task_gpu_milli * gang_size
         after = leaf.holding[GPU] + ask_gpu
         if after > leaf.fair_share[GPU] and after > leaf.spec.quota.gpu_milli:
             said = (leaf.index, leaf.holding[GPU], ask_gpu, leaf.fair_share[GPU])
