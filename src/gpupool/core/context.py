@@ -10,6 +10,12 @@ from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Workload
 from gpupool.core.placement import Placer
 from gpupool.core.session import Session, Statement, WorkRecord, WorkState
 
+# Enum members as module globals: reading one from its class costs ten times as much in
+# Python 3.11, and the loops here read them per workload.
+_MEMORY = GpuRequestKind.MEMORY
+_WHOLE = GpuRequestKind.WHOLE
+_RUNNING = WorkState.RUNNING
+
 GPU, CPU, MEMORY = 0, 1, 2
 _UNIT_NAMES = ("GPU", "CPU", "memory")
 
@@ -244,7 +250,7 @@ class CycleContext:
         self, statement: Statement, work: WorkRecord, tasks: list[int], excluded: int | None = None
     ) -> bool:
         """Place `tasks` of `work` inside `statement`; False (partly placed) if one does not fit."""
-        exact_charge = work.spec.gpu.kind is not GpuRequestKind.MEMORY
+        exact_charge = work.spec.gpu.kind is not _MEMORY
         for task in tasks:
             headroom = None if exact_charge else self.gpu_headroom(work)
             alloc = self.placer.find(work.spec, task, excluded, headroom)
@@ -274,7 +280,7 @@ class CycleContext:
         for task in extras:
             if self.policy_problem(work, 1) is not None:
                 return
-            exact_charge = work.spec.gpu.kind is not GpuRequestKind.MEMORY
+            exact_charge = work.spec.gpu.kind is not _MEMORY
             headroom = None if exact_charge else self.gpu_headroom(work)
             alloc = self.placer.find(work.spec, task, None, headroom)
             if alloc is None:
@@ -288,7 +294,7 @@ class CycleContext:
                 self.mark_started(work, "elastic task fits in idle capacity")
 
     def mark_started(self, work: WorkRecord, reason: str) -> None:
-        work.state = WorkState.RUNNING
+        work.state = _RUNNING
         work.started_this_cycle = True
         self.bound[work.index] = None
         self.bind_reasons.setdefault(work.index, reason)
@@ -333,7 +339,7 @@ class CycleContext:
         spec = work.spec
         headroom = self.gpu_headroom(work)
         if (
-            spec.gpu.kind is GpuRequestKind.MEMORY
+            spec.gpu.kind is _MEMORY
             and headroom is not None
             and self.placer.find(spec, gang[0]) is not None
         ):
@@ -365,7 +371,7 @@ class CycleContext:
         cpu_memory = self._cpu_memory_reason(work)
         if cpu_memory is not None:
             return cpu_memory
-        if spec.gpu.kind is GpuRequestKind.WHOLE:
+        if spec.gpu.kind is _WHOLE:
             per_task = spec.gpu.amount
             if per_task > session.max_gpus_per_node:
                 return (
@@ -400,7 +406,7 @@ class CycleContext:
         if spec.cpu_milli == 0 and spec.memory_mib == 0:
             return None
         placer = self.placer
-        if spec.gpu.kind is GpuRequestKind.WHOLE:
+        if spec.gpu.kind is _WHOLE:
             gpu_only = placer.largest_empty_block(spec, count_cpu_memory=False)
             fits_gpu_only = gpu_only >= spec.gpu.amount
             fits = placer.largest_empty_block(spec) >= spec.gpu.amount

@@ -37,6 +37,12 @@ class WorkState(enum.Enum):
     EVICTED = "evicted"
 
 
+_PENDING = WorkState.PENDING
+_RUNNING = WorkState.RUNNING
+"""Enum members by module name: in Python 3.11 reading `WorkState.RUNNING` from the class
+costs ten times a global, and hashing a member runs Python code."""
+
+
 class TaskAlloc(NamedTuple):
     """One placed task inside the session: node index, devices and what it takes on each.
 
@@ -93,7 +99,7 @@ class WorkRecord:
         self.task_gpu_milli = task_gpu_milli
         """Per-task GPU charge; a memory request is estimated on the largest device."""
         self.allocs: dict[int, TaskAlloc] = _NO_ALLOCS
-        self.state = WorkState.PENDING
+        self.state = _PENDING
         self.started_this_cycle = False
 
     @property
@@ -175,7 +181,8 @@ class Session:
             )
             for record in self.projects
         ]
-        """Per project: the holding lists (all, non-preemptible) of its path, for `_charge`."""
+        """Per project: the holding lists (all, non-preemptible) of its path, charged by
+        `_add_alloc` and `_remove_alloc`."""
 
         self.works: list[WorkRecord] = []
         self.work_index: dict[str, int] = {}
@@ -203,8 +210,8 @@ class Session:
         cpu_free = self.cpu_free
         memory_free = self.memory_free
         burstable = self.burstable_works
-        whole = GpuRequestKind.WHOLE
-        fraction = GpuRequestKind.FRACTION
+        whole = _WHOLE
+        fraction = _FRACTION
         leaf_project: dict[str, int] = {}
         held: dict[int, list[int]] = {}
         """Per project: gpu, cpu, memory held, then the same for non-preemptible work."""
@@ -240,7 +247,7 @@ class Session:
             works.append(record)
             if not spec.placements:
                 continue
-            record.state = WorkState.RUNNING
+            record.state = _RUNNING
             self.running_at_start.append(record)
             allocs: dict[int, TaskAlloc] = {}
             record.allocs = allocs
@@ -379,7 +386,18 @@ class Session:
         if work.allocs is _NO_ALLOCS:
             work.allocs = {}
         work.allocs[alloc.task_index] = alloc
-        self._charge(work, milli * len(alloc.devices), spec.cpu_milli, spec.memory_mib)
+        gpu = milli * len(alloc.devices)
+        cpu = spec.cpu_milli
+        memory = spec.memory_mib
+        nonpreemptible = not work.preemptible
+        for holding, nonpreemptible_holding in self._holders[work.project]:
+            holding[0] += gpu
+            holding[1] += cpu
+            holding[2] += memory
+            if nonpreemptible:
+                nonpreemptible_holding[0] += gpu
+                nonpreemptible_holding[1] += cpu
+                nonpreemptible_holding[2] += memory
         if spec.gpu.kind is _FRACTION and spec.gpu.is_burstable:
             self.burstable_works[work.index] = None
 
@@ -391,19 +409,19 @@ class Session:
         self._change_devices(node, alloc.devices, -milli, -alloc.memory_mib_per_device)
         self.cpu_free[node] += spec.cpu_milli
         self.memory_free[node] += spec.memory_mib
-        self._charge(work, -milli * len(alloc.devices), -spec.cpu_milli, -spec.memory_mib)
-        return alloc
-
-    def _charge(self, work: WorkRecord, gpu: int, cpu: int, memory: int) -> None:
+        gpu = milli * len(alloc.devices)
+        cpu = spec.cpu_milli
+        memory = spec.memory_mib
         nonpreemptible = not work.preemptible
         for holding, nonpreemptible_holding in self._holders[work.project]:
-            holding[0] += gpu
-            holding[1] += cpu
-            holding[2] += memory
+            holding[0] -= gpu
+            holding[1] -= cpu
+            holding[2] -= memory
             if nonpreemptible:
-                nonpreemptible_holding[0] += gpu
-                nonpreemptible_holding[1] += cpu
-                nonpreemptible_holding[2] += memory
+                nonpreemptible_holding[0] -= gpu
+                nonpreemptible_holding[1] -= cpu
+                nonpreemptible_holding[2] -= memory
+        return alloc
 
     def _change_devices(self, node: int, devices: tuple[int, ...], milli: int, memory: int) -> None:
         """Add `milli` and `memory` (negative: take them off) to each of `devices` of `node`,

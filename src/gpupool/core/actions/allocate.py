@@ -10,16 +10,21 @@ that shape are answered from a cache, which keeps a long queue cheap.
 from __future__ import annotations
 
 import heapq
+import operator
 
 from gpupool.core.context import GPU, CycleContext
 from gpupool.core.model import GpuRequestKind
 from gpupool.core.session import Statement, WorkRecord, WorkState
 
-ShapeKey = tuple[object, ...]
-
-
+# Enum members as module globals: reading one from its class costs ten times as much in
+# Python 3.11, and the loops here read them per workload.
 _WHOLE = GpuRequestKind.WHOLE
 _FRACTION = GpuRequestKind.FRACTION
+_MEMORY = GpuRequestKind.MEMORY
+_PENDING = WorkState.PENDING
+_RUNNING = WorkState.RUNNING
+
+ShapeKey = tuple[object, ...]
 
 
 def shape_key(work: WorkRecord, gang_size: int) -> ShapeKey:
@@ -56,16 +61,23 @@ def share_ratio(ctx: CycleContext, project: int) -> float:
     return record.holding[GPU] / share
 
 
+_submit_seq = operator.attrgetter("spec.submit_seq")
+_priority = operator.attrgetter("priority")
+
+
 def queues_by_project(ctx: CycleContext) -> dict[int, list[WorkRecord]]:
     """Work waiting to start tasks, per project, by priority then submission."""
     queues: dict[int, list[WorkRecord]] = {}
     for work in ctx.session.works:
-        if work.state is WorkState.PENDING or (
-            work.state is WorkState.RUNNING and len(work.allocs) < work.spec.tasks
+        if work.state is _PENDING or (
+            work.state is _RUNNING and len(work.allocs) < work.spec.tasks
         ):
             queues.setdefault(work.project, []).append(work)
     for queue in queues.values():
-        queue.sort(key=lambda w: (-w.priority, w.spec.submit_seq))
+        # (-priority, submission) in two stable passes with C-level keys: by submission, then
+        # by priority, highest first (a reverse sort keeps equal keys in their order).
+        queue.sort(key=_submit_seq)
+        queue.sort(key=_priority, reverse=True)
     return queues
 
 
@@ -78,7 +90,7 @@ def allocate(ctx: CycleContext) -> None:
     failed: dict[ShapeKey, str] = {}
     reasons = ctx.reasons
     unlimited = [not ctx.limit_levels(p) for p in range(len(projects))]
-    memory = GpuRequestKind.MEMORY
+    memory = _MEMORY
     shape_keys = ctx.shape_keys
     while heap:
         _, name, project = heap[0]
@@ -125,7 +137,7 @@ def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[ShapeKey, str
             ctx.policy_blocked.add(work.index)
         return False
     key = pending_shape_key(ctx, work, len(gang))
-    if work.spec.gpu.kind is GpuRequestKind.MEMORY:
+    if work.spec.gpu.kind is _MEMORY:
         # Its charge, hence whether its project's headroom admits it, depends on the device:
         # a failure says something about this project only (whose headroom only shrinks here).
         key = (*key, work.project)

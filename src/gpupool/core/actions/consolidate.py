@@ -27,6 +27,13 @@ from gpupool.core.decisions import Move, MoveCause
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind
 from gpupool.core.session import Statement, TaskAlloc, WorkRecord, WorkState
 
+# Enum members as module globals: reading one from its class costs ten times as much in
+# Python 3.11, and the loops here read them per workload.
+_MEMORY = GpuRequestKind.MEMORY
+_WHOLE = GpuRequestKind.WHOLE
+_PENDING = WorkState.PENDING
+_RUNNING = WorkState.RUNNING
+
 _CANDIDATES = 8
 """Candidate places (nodes, or devices for a shared request) tried per task."""
 _DEVICES_EXAMINED = 64
@@ -44,7 +51,7 @@ def consolidate(ctx: CycleContext) -> None:
     if budget <= 0:
         return
     movers: dict[tuple[int, int], list[Mover]] | None = None
-    for work in [w for w in session.works if w.state is WorkState.PENDING]:
+    for work in [w for w in session.works if w.state is _PENDING]:
         if budget <= 0:
             return
         gang_size = ctx.gang_to_start(work)
@@ -126,14 +133,14 @@ def _place_with_moves(
 
 
 def _headroom(ctx: CycleContext, work: WorkRecord) -> int | None:
-    return None if work.spec.gpu.kind is not GpuRequestKind.MEMORY else ctx.gpu_headroom(work)
+    return None if work.spec.gpu.kind is not _MEMORY else ctx.gpu_headroom(work)
 
 
 def _current(mover: Mover, node: int, device: int) -> TaskAlloc | None:
     """The mover's task if it is still placed on (node, device) (earlier attempts of this cycle
     may have moved or evicted it)."""
     _rank, work, task = mover
-    alloc = work.allocs.get(task) if work.state is WorkState.RUNNING else None
+    alloc = work.allocs.get(task) if work.state is _RUNNING else None
     if alloc is None or alloc.node != node or device not in alloc.devices:
         return None
     return alloc
@@ -146,7 +153,7 @@ def _candidate_slots(
     admitted = ctx.placer.admitted_nodes(work.spec)
     spec = work.spec
     slots: dict[Slot, None] = {}
-    if spec.gpu.kind is GpuRequestKind.WHOLE:
+    if spec.gpu.kind is _WHOLE:
         for count in range(session.max_gpus_per_node, 0, -1):
             for node in session.nodes_by_empty[count]:
                 if session.nodes[node].gpu_count >= spec.gpu.amount and (
@@ -163,7 +170,7 @@ def _candidate_slots(
                 return list(slots)
             if (node, device) not in movers or (admitted is not None and node not in admitted):
                 continue
-            if spec.gpu.kind is GpuRequestKind.WHOLE:
+            if spec.gpu.kind is _WHOLE:
                 if session.nodes[node].gpu_count < spec.gpu.amount:
                     continue
                 slots[(node, None)] = None
@@ -171,7 +178,7 @@ def _candidate_slots(
                 slots[(node, device)] = None
             if len(slots) >= _CANDIDATES:
                 return list(slots)
-    if spec.gpu.kind is GpuRequestKind.WHOLE:
+    if spec.gpu.kind is _WHOLE:
         for node in session.nodes_by_empty[0]:
             if session.nodes[node].gpu_count >= spec.gpu.amount and (
                 admitted is None or node in admitted
@@ -222,7 +229,7 @@ def _try_slot(
     for position, (rank, mover, old) in enumerate(removed):
         if position in staying:
             continue
-        excluded = node if mover.spec.gpu.kind is GpuRequestKind.WHOLE else None
+        excluded = node if mover.spec.gpu.kind is _WHOLE else None
         new = ctx.placer.find(mover.spec, old.task_index, excluded, _headroom(ctx, mover))
         if new is None:
             return None

@@ -18,6 +18,12 @@ from gpupool.core.decisions import Evict, EvictionCause
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Workload
 from gpupool.core.session import Session, Statement, TaskAlloc, WorkRecord, WorkState
 
+# Enum members as module globals: reading one from its class costs ten times as much in
+# Python 3.11, and the loops here read them per workload.
+_WHOLE = GpuRequestKind.WHOLE
+_EVICTED = WorkState.EVICTED
+_RUNNING = WorkState.RUNNING
+
 
 @dataclass(frozen=True, slots=True)
 class VictimUnit:
@@ -57,7 +63,7 @@ def victim_order(work: WorkRecord) -> tuple[int, int, int, int]:
 def can_be_victim(session: Session, work: WorkRecord) -> bool:
     """Preemptible, running since before this cycle, and past its min runtime (G7). Only
     works in `session.running_at_start` can be."""
-    if work.state is not WorkState.RUNNING or not work.preemptible:
+    if work.state is not _RUNNING or not work.preemptible:
         return False
     if work.started_this_cycle or not work.allocs:
         return False
@@ -107,17 +113,19 @@ def evict_to_place(
         if len(evicted) >= limit or examined > _EXAMINE_FACTOR * limit:
             break
         victim = unit.work
-        if victim.state is not WorkState.RUNNING:
+        if victim.state is not _RUNNING:
             continue
-        tasks = unit.task_indices or tuple(sorted(victim.allocs))
-        if any(t not in victim.allocs for t in tasks):
+        tasks = unit.task_indices
+        if not tasks:
+            tasks = tuple(sorted(victim.allocs))
+        elif any(t not in victim.allocs for t in tasks):
             continue
         reason = justify(victim)
         if reason is None:
             continue
         allocs = [statement.remove(victim, t) for t in tasks]
         if not victim.allocs:
-            victim.state = WorkState.EVICTED
+            victim.state = _EVICTED
         evicted.append(_Evicted(unit, allocs, reason))
         if fits_now(ctx, work, gang):
             _restore_unneeded(ctx, statement, evicted, work, gang)
@@ -132,7 +140,7 @@ def evict_to_place(
             break
     statement.rollback()
     for item in evicted:
-        item.unit.work.state = WorkState.RUNNING
+        item.unit.work.state = _RUNNING
     return False
 
 
@@ -167,7 +175,7 @@ def _room_for(session: Session, spec: Workload) -> bool:
     either (nodes' selectors, taints, CPU, memory and pinned devices only take room away)."""
     buckets = session.nodes_by_empty
     request = spec.gpu
-    if request.kind is GpuRequestKind.WHOLE:
+    if request.kind is _WHOLE:
         needed = max(request.amount, 0)
         return any(buckets[count] for count in range(needed, len(buckets)))
     if any(buckets[count] for count in range(1, len(buckets))):
@@ -194,7 +202,7 @@ def _restore_unneeded(
     session = statement.session
     for item in reversed(evicted):
         victim = item.unit.work
-        if item.unit.task_indices and victim.state is WorkState.EVICTED:
+        if item.unit.task_indices and victim.state is _EVICTED:
             continue
         restored: list[TaskAlloc] = []
         for alloc in item.allocs:
@@ -204,7 +212,7 @@ def _restore_unneeded(
             restored.append(alloc)
         still_fits = len(restored) == len(item.allocs) and fits_now(ctx, work, gang)
         if still_fits:
-            victim.state = WorkState.RUNNING
+            victim.state = _RUNNING
             item.allocs.clear()
         else:
             for alloc in restored:
@@ -217,14 +225,14 @@ def _replay(statement: Statement, evicted: list[_Evicted], justify: Justify) -> 
     held just before that eviction (a victim put back no longer counts). Each still holds:
     with fewer victims out, every project holds at least what it held when it was checked."""
     for item in evicted:
-        item.unit.work.state = WorkState.RUNNING
+        item.unit.work.state = _RUNNING
     statement.rollback()
     for item in evicted:
         victim = item.unit.work
         item.reason = justify(victim) or item.reason
         item.allocs = [statement.remove(victim, alloc.task_index) for alloc in item.allocs]
         if not victim.allocs:
-            victim.state = WorkState.EVICTED
+            victim.state = _EVICTED
 
 
 def fits_back(session: Session, work: WorkRecord, alloc: TaskAlloc) -> bool:
@@ -254,7 +262,7 @@ def _record(
         by_victim.setdefault(item.unit.work.index, []).append(item)
     for items in by_victim.values():
         victim = items[0].unit.work
-        whole = victim.state is WorkState.EVICTED
+        whole = victim.state is _EVICTED
         reason = items[0].reason()
         tasks = () if whole else tuple(sorted(a.task_index for i in items for a in i.allocs))
         ctx.evictions.append(
