@@ -50,7 +50,7 @@ def consolidate(ctx: CycleContext) -> None:
     budget = session.settings.max_consolidation_attempts_per_cycle
     if budget <= 0:
         return
-    movers: dict[tuple[int, int], list[Mover]] | None = None
+    movers: Movers | None = None
     for work in [w for w in session.works if w.state is _PENDING]:
         if budget <= 0:
             return
@@ -62,7 +62,7 @@ def consolidate(ctx: CycleContext) -> None:
         budget -= 1
         gang, extras = ctx.tasks_to_start(work)
         if movers is None:
-            movers = _movers_by_device(ctx)
+            movers = Movers(ctx)
         statement = Statement(session)
         moves: list[Move] = []
         if _place_with_moves(ctx, statement, work, gang, movers, moves) and (
@@ -77,17 +77,46 @@ def consolidate(ctx: CycleContext) -> None:
             statement.rollback()
 
 
-def _movers_by_device(ctx: CycleContext) -> dict[tuple[int, int], list[Mover]]:
-    """Tasks that may move, per (node, device) they are charged to, first to move first."""
-    session = ctx.session
-    movable = [w for w in session.running_at_start if w.spec.movable and can_be_victim(session, w)]
-    movable.sort(key=victim_order)
-    by_device: dict[tuple[int, int], list[Mover]] = {}
-    for rank, work in enumerate(movable):
-        for task, alloc in sorted(work.allocs.items()):
-            for device in alloc.devices:
-                by_device.setdefault((alloc.node, device), []).append((rank, work, task))
-    return by_device
+class Movers:
+    """Tasks that may move, per (node, device) they are charged to, first to move first.
+
+    Kept per node and split by device when a device is asked for: a consolidation looks at a
+    few devices, and a list per device of the cluster is many objects for the garbage
+    collector (at 10,000 nodes, tens of thousands) for the few attempts a cycle makes."""
+
+    def __init__(self, ctx: CycleContext) -> None:
+        session = ctx.session
+        movable = [
+            w for w in session.running_at_start if w.spec.movable and can_be_victim(session, w)
+        ]
+        movable.sort(key=victim_order)
+        self._by_node: dict[int, list[tuple[int, WorkRecord, int, tuple[int, ...]]]] = {}
+        by_node = self._by_node
+        for rank, work in enumerate(movable):
+            for task, alloc in sorted(work.allocs.items()):
+                entry = (rank, work, task, alloc.devices)
+                here = by_node.get(alloc.node)
+                if here is None:
+                    by_node[alloc.node] = [entry]
+                else:
+                    here.append(entry)
+        self._by_device: dict[tuple[int, int], list[Mover]] = {}
+
+    def get(self, slot: tuple[int, int], default: list[Mover]) -> list[Mover]:
+        """The movers charged to (node, device) when the moves began, in victim order (then
+        task order), or `default` when there are none."""
+        found = self._by_device.get(slot)
+        if found is None:
+            node, device = slot
+            found = self._by_device[slot] = [
+                (rank, work, task)
+                for rank, work, task, devices in self._by_node.get(node, ())
+                if device in devices
+            ]
+        return found or default
+
+    def __contains__(self, slot: tuple[int, int]) -> bool:
+        return bool(self.get(slot, []))
 
 
 def _place_with_moves(
@@ -95,7 +124,7 @@ def _place_with_moves(
     statement: Statement,
     work: WorkRecord,
     gang: list[int],
-    movers: dict[tuple[int, int], list[Mover]],
+    movers: Movers,
     moves: list[Move],
 ) -> bool:
     """Place each task of `gang`, making room by moves where it fits nowhere."""
@@ -146,9 +175,7 @@ def _current(mover: Mover, node: int, device: int) -> TaskAlloc | None:
     return alloc
 
 
-def _candidate_slots(
-    ctx: CycleContext, work: WorkRecord, movers: dict[tuple[int, int], list[Mover]]
-) -> list[Slot]:
+def _candidate_slots(ctx: CycleContext, work: WorkRecord, movers: Movers) -> list[Slot]:
     session = ctx.session
     admitted = ctx.placer.admitted_nodes(work.spec)
     spec = work.spec
@@ -195,7 +222,7 @@ def _try_slot(
     work: WorkRecord,
     task: int,
     slot: Slot,
-    movers: dict[tuple[int, int], list[Mover]],
+    movers: Movers,
     moves_so_far: int,
     changed: list[tuple[WorkRecord, TaskAlloc, TaskAlloc]] | None = None,
 ) -> tuple[int, int] | None:
@@ -248,7 +275,7 @@ def _empty_devices(
     attempt: Statement,
     work: WorkRecord,
     node: int,
-    movers: dict[tuple[int, int], list[Mover]],
+    movers: Movers,
     allowed: int,
 ) -> list[tuple[int, WorkRecord, TaskAlloc]] | None:
     """Empty devices of `node` until it has the empty devices a task of `work` needs: those
@@ -284,7 +311,7 @@ def _free_device(
     work: WorkRecord,
     node: int,
     device: int,
-    movers: dict[tuple[int, int], list[Mover]],
+    movers: Movers,
     allowed: int,
 ) -> list[tuple[int, WorkRecord, TaskAlloc]] | None:
     """Take movers off one shared device, in victim order, until a task of `work` fits there."""
