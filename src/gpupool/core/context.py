@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import NamedTuple
 
 from gpupool.core.decisions import Evict, Move
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Workload
 from gpupool.core.placement import Placer
 from gpupool.core.session import Session, Statement, WorkRecord, WorkState
+
+# Enum members as module globals: reading one from its class costs ten times as much in
+# Python 3.11, and the loops here read them per workload.
+_MEMORY = GpuRequestKind.MEMORY
+_WHOLE = GpuRequestKind.WHOLE
+_RUNNING = WorkState.RUNNING
 
 GPU, CPU, MEMORY = 0, 1, 2
 _UNIT_NAMES = ("GPU", "CPU", "memory")
@@ -47,16 +54,24 @@ def _format_amount(resource: int, amount: int) -> str:
     return f"{amount} MiB of memory"
 
 
-@dataclass(frozen=True, slots=True)
-class Ask:
-    """What placing some tasks of a workload adds to its project: per resource."""
+class Ask(NamedTuple):
+    """What placing some tasks of a workload adds to its project: per resource (indexed by
+    GPU, CPU, MEMORY). A tuple, since the cycle makes one per workload it looks at."""
 
     gpu_milli: int
     cpu_milli: int
     memory_mib: int
 
     def amount(self, resource: int) -> int:
-        return (self.gpu_milli, self.cpu_milli, self.memory_mib)[resource]
+        return self[resource]
+
+
+_NOTHING = Ask(0, 0, 0)
+
+LimitLevel = tuple[int, tuple[tuple[int, int], ...]]
+"""A project-tree level with a limit: (project, ((resource, cap), ...)) for the capped ones."""
+QuotaCheck = tuple[int, int, int]
+"""(project, resource, quota) that non-preemptible work must stay within (G3)."""
 
 
 class CycleContext:
@@ -75,6 +90,51 @@ class CycleContext:
         self.bind_reasons: dict[int, str] = {}
         self.policy_blocked: set[int] = set()
         """Works that G3 holds back this cycle: evicting others cannot help them."""
+        self.queues: dict[int, list[WorkRecord]] | None = None
+        """Allocate's queues: per project, the work waiting to start tasks when allocate began,
+        by priority then submission (work that waits later in the cycle is among it)."""
+        self.shape_keys: dict[int, tuple[object, ...]] = {}
+        """Per work with nothing placed: its shape key (`actions.allocate.shape_key`), which
+        allocate, reclaim and preempt each look up."""
+        self._limit_levels: list[tuple[LimitLevel, ...]] = []
+        """Per project: the levels of its path, root first, that have a limit."""
+        self._quota_checks: list[tuple[QuotaCheck, ...]] = []
+        """Per project: the quotas along its path, root first, that G3 checks."""
+        self._limit_texts: dict[tuple[int, int, int, bool], str] = {}
+        self._quota_texts: dict[tuple[int, int, int, bool, str], str] = {}
+        """Policy problems in words by what they say: a long queue gets a few texts, often."""
+        self._gpu_caps: list[tuple[tuple[int, bool, int | None], ...]] = []
+        """Per project: (level, is quota, GPU cap) along its path, for `gpu_headroom`."""
+        for record in session.projects:
+            levels: list[LimitLevel] = []
+            quotas: list[QuotaCheck] = []
+            caps: list[tuple[int, bool, int | None]] = []
+            for p in record.ancestors:
+                spec = session.projects[p].spec
+                limit, quota = spec.limit, spec.quota
+                capped = tuple(
+                    (resource, cap)
+                    for resource, cap in enumerate(
+                        (limit.gpu_milli, limit.cpu_milli, limit.memory_mib)
+                    )
+                    if cap is not None
+                )
+                if capped:
+                    levels.append((p, capped))
+                for resource, amount in enumerate(
+                    (quota.gpu_milli, quota.cpu_milli, quota.memory_mib)
+                ):
+                    if resource == GPU or amount != 0:
+                        quotas.append((p, resource, amount))
+                caps.append((p, False, limit.gpu_milli))
+                caps.append((p, True, quota.gpu_milli))
+            self._limit_levels.append(tuple(levels))
+            self._quota_checks.append(tuple(quotas))
+            self._gpu_caps.append(tuple(caps))
+
+    def limit_levels(self, project: int) -> tuple[LimitLevel, ...]:
+        """The levels of `project`'s path, root first, that have a limit."""
+        return self._limit_levels[project]
 
     # --- requests ---------------------------------------------------------------------------
 
@@ -86,12 +146,21 @@ class CycleContext:
             spec.memory_mib * task_count,
         )
 
+    def gang_to_start(self, work: WorkRecord) -> int:
+        """`len(self.tasks_to_start(work)[0])`, without building the lists."""
+        if work.allocs:
+            return 0
+        spec = work.spec
+        gang = spec.tasks if spec.min_available is None else spec.min_available
+        return len(range(spec.tasks)[:gang])
+
     def tasks_to_start(self, work: WorkRecord) -> tuple[list[int], list[int]]:
         """(gang tasks that must start together, elastic extras that start when they fit)."""
-        missing = work.missing_tasks
         if work.allocs:
-            return [], missing
-        gang = work.spec.gang_size
+            return [], work.missing_tasks
+        spec = work.spec
+        missing = list(range(spec.tasks))
+        gang = spec.tasks if spec.min_available is None else spec.min_available
         return missing[:gang], missing[gang:]
 
     # --- policy checks ----------------------------------------------------------------------
@@ -99,54 +168,67 @@ class CycleContext:
     def over_limit(self, work: WorkRecord, ask: Ask) -> list[int]:
         """Levels of the project tree (root first) whose limit `ask` would exceed."""
         levels = []
-        for p in self.session.project_path(work):
-            record = self.session.projects[p]
-            limit = record.spec.limit
-            for resource, cap in enumerate((limit.gpu_milli, limit.cpu_milli, limit.memory_mib)):
-                if cap is not None and record.holding[resource] + ask.amount(resource) > cap:
+        projects = self.session.projects
+        for p, capped in self._limit_levels[work.project]:
+            holding = projects[p].holding
+            for resource, cap in capped:
+                if holding[resource] + ask[resource] > cap:
                     levels.append(p)
                     break
         return levels
 
     def limit_problem(self, work: WorkRecord, ask: Ask) -> str | None:
         """Why `ask` would take the project or a department above its limit, or None."""
-        for p in self.session.project_path(work):
-            record = self.session.projects[p]
-            limit = record.spec.limit
-            for resource, cap in enumerate((limit.gpu_milli, limit.cpu_milli, limit.memory_mib)):
-                if cap is not None and record.holding[resource] + ask.amount(resource) > cap:
-                    kind = "project" if p == work.project else "department"
-                    return (
-                        f"{kind} {record.name} is at its limit of {_format_amount(resource, cap)}"
-                        f" (holding {_format_amount(resource, record.holding[resource])})"
-                    )
+        levels = self._limit_levels[work.project]
+        if not levels:
+            return None
+        projects = self.session.projects
+        for p, capped in levels:
+            record = projects[p]
+            for resource, cap in capped:
+                held = record.holding[resource]
+                if held + ask[resource] > cap:
+                    key = (p, resource, held, p == work.project)
+                    text = self._limit_texts.get(key)
+                    if text is None:
+                        kind = "project" if p == work.project else "department"
+                        text = self._limit_texts[key] = (
+                            f"{kind} {record.name} is at its limit of"
+                            f" {_format_amount(resource, cap)}"
+                            f" (holding {_format_amount(resource, held)})"
+                        )
+                    return text
         return None
 
     def quota_problem(self, work: WorkRecord, ask: Ask) -> str | None:
         """G3: non-preemptible work only within quota, at every level. None if fine."""
         if work.preemptible:
             return None
-        for p in self.session.project_path(work):
-            record = self.session.projects[p]
-            quota = record.spec.quota
-            for resource, amount in enumerate((quota.gpu_milli, quota.cpu_milli, quota.memory_mib)):
-                if resource != GPU and amount == 0:
-                    continue
-                held = record.nonpreemptible_holding[resource]
-                if held + ask.amount(resource) > amount:
+        projects = self.session.projects
+        for p, resource, amount in self._quota_checks[work.project]:
+            record = projects[p]
+            held = record.nonpreemptible_holding[resource]
+            if held + ask[resource] > amount:
+                work_type = work.spec.type._value_
+                key = (p, resource, held, p == work.project, work_type)
+                text = self._quota_texts.get(key)
+                if text is None:
                     kind = "project" if p == work.project else "department"
-                    return (
-                        f"non-preemptible ({work.spec.type.value}) work must stay within quota:"
+                    text = self._quota_texts[key] = (
+                        f"non-preemptible ({work_type}) work must stay within quota:"
                         f" {kind} {record.name} has a quota of {_format_amount(resource, amount)}"
                         f" and already holds {_format_amount(resource, held)} of"
                         " non-preemptible work"
                     )
+                return text
         return None
 
     def policy_problem(self, work: WorkRecord, task_count: int) -> str | None:
         """Checked before placing. A memory request is charged as the fraction of the device it
         lands on, estimated here on the largest device: a lower bound, so `holds_within_policy`
         checks again once the tasks are placed."""
+        if work.preemptible and not self._limit_levels[work.project]:
+            return None
         ask = self.ask(work, task_count)
         return self.limit_problem(work, ask) or self.quota_problem(work, ask)
 
@@ -154,10 +236,13 @@ class CycleContext:
         """After placing: limits at every level, and G3 for non-preemptible work. Allocate needs
         it for memory requests only (other charges are exact in `policy_problem`); evictions
         need it always, since evicting the project's own work changes what it holds."""
-        nothing = Ask(0, 0, 0)
-        return self.limit_problem(work, nothing) is None and (
-            self.quota_problem(work, nothing) is None
-        )
+        projects = self.session.projects
+        for p, capped in self._limit_levels[work.project]:
+            holding = projects[p].holding
+            for resource, cap in capped:
+                if holding[resource] > cap:
+                    return False
+        return work.preemptible or self.quota_problem(work, _NOTHING) is None
 
     # --- placing ----------------------------------------------------------------------------
 
@@ -165,7 +250,7 @@ class CycleContext:
         self, statement: Statement, work: WorkRecord, tasks: list[int], excluded: int | None = None
     ) -> bool:
         """Place `tasks` of `work` inside `statement`; False (partly placed) if one does not fit."""
-        exact_charge = work.spec.gpu.kind is not GpuRequestKind.MEMORY
+        exact_charge = work.spec.gpu.kind is not _MEMORY
         for task in tasks:
             headroom = None if exact_charge else self.gpu_headroom(work)
             alloc = self.placer.find(work.spec, task, excluded, headroom)
@@ -179,15 +264,15 @@ class CycleContext:
         work) of every level; None when nothing caps it. Matters for memory requests, whose
         charge depends on the device they land on."""
         headroom: int | None = None
-        for p in self.session.project_path(work):
-            record = self.session.projects[p]
-            caps = [record.spec.limit.gpu_milli]
-            if not work.preemptible:
-                caps.append(record.spec.quota.gpu_milli)
-            held = (record.holding[GPU], record.nonpreemptible_holding[GPU])
-            for cap, holding in zip(caps, held, strict=False):
-                if cap is not None and (headroom is None or cap - holding < headroom):
-                    headroom = cap - holding
+        projects = self.session.projects
+        preemptible = work.preemptible
+        for p, is_quota, cap in self._gpu_caps[work.project]:
+            if cap is None or (is_quota and preemptible):
+                continue
+            record = projects[p]
+            holding = record.nonpreemptible_holding[GPU] if is_quota else record.holding[GPU]
+            if headroom is None or cap - holding < headroom:
+                headroom = cap - holding
         return headroom
 
     def place_extras(self, work: WorkRecord, extras: list[int]) -> None:
@@ -195,7 +280,7 @@ class CycleContext:
         for task in extras:
             if self.policy_problem(work, 1) is not None:
                 return
-            exact_charge = work.spec.gpu.kind is not GpuRequestKind.MEMORY
+            exact_charge = work.spec.gpu.kind is not _MEMORY
             headroom = None if exact_charge else self.gpu_headroom(work)
             alloc = self.placer.find(work.spec, task, None, headroom)
             if alloc is None:
@@ -209,7 +294,7 @@ class CycleContext:
                 self.mark_started(work, "elastic task fits in idle capacity")
 
     def mark_started(self, work: WorkRecord, reason: str) -> None:
-        work.state = WorkState.RUNNING
+        work.state = _RUNNING
         work.started_this_cycle = True
         self.bound[work.index] = None
         self.bind_reasons.setdefault(work.index, reason)
@@ -254,7 +339,7 @@ class CycleContext:
         spec = work.spec
         headroom = self.gpu_headroom(work)
         if (
-            spec.gpu.kind is GpuRequestKind.MEMORY
+            spec.gpu.kind is _MEMORY
             and headroom is not None
             and self.placer.find(spec, gang[0]) is not None
         ):
@@ -286,7 +371,7 @@ class CycleContext:
         cpu_memory = self._cpu_memory_reason(work)
         if cpu_memory is not None:
             return cpu_memory
-        if spec.gpu.kind is GpuRequestKind.WHOLE:
+        if spec.gpu.kind is _WHOLE:
             per_task = spec.gpu.amount
             if per_task > session.max_gpus_per_node:
                 return (
@@ -321,7 +406,7 @@ class CycleContext:
         if spec.cpu_milli == 0 and spec.memory_mib == 0:
             return None
         placer = self.placer
-        if spec.gpu.kind is GpuRequestKind.WHOLE:
+        if spec.gpu.kind is _WHOLE:
             gpu_only = placer.largest_empty_block(spec, count_cpu_memory=False)
             fits_gpu_only = gpu_only >= spec.gpu.amount
             fits = placer.largest_empty_block(spec) >= spec.gpu.amount

@@ -19,13 +19,18 @@ from gpupool.core.observer import CycleObserver, NullObserver
 from gpupool.core.placement import Placer, cycle_typical
 from gpupool.core.session import Session, WorkState
 
+# Enum members as module globals: reading one from its class costs ten times as much in
+# Python 3.11, and the loops here read them per workload.
+_PENDING = WorkState.PENDING
+_RUNNING = WorkState.RUNNING
+
 
 def run_cycle(snapshot: Snapshot, observer: CycleObserver | None = None) -> CycleResult:
     watch = observer or NullObserver()
 
     watch.phase_started("snapshot")
     session = Session(snapshot)
-    pending_specs = [w.spec for w in session.works if w.state is WorkState.PENDING]
+    pending_specs = [w.spec for w in session.works if w.state is _PENDING]
     typical = cycle_typical(pending_specs, session.max_device_memory_mib)
     ctx = CycleContext(session, Placer(session, typical))
     watch.phase_finished("snapshot")
@@ -56,15 +61,16 @@ def _assign_fair_shares(ctx: CycleContext) -> dict[str, Resources]:
     """Compute every project's demand and fair share and store the shares in the session."""
     session = ctx.session
     leaf: dict[int, list[int]] = {p.index: list(p.holding) for p in session.projects}
+    by_project = [leaf[p.index] for p in session.projects]
     for work in session.works:
-        missing = work.spec.tasks - len(work.allocs)
+        spec = work.spec
+        missing = spec.tasks - len(work.allocs)
         if missing <= 0:
             continue
-        ask = ctx.ask(work, missing)
-        totals = leaf[work.project]
-        totals[0] += ask.gpu_milli
-        totals[1] += ask.cpu_milli
-        totals[2] += ask.memory_mib
+        totals = by_project[work.project]
+        totals[0] += work.task_gpu_milli * missing
+        totals[1] += spec.cpu_milli * missing
+        totals[2] += spec.memory_mib * missing
     leaf_demand = {
         session.projects[p].name: Resources(d[0], d[1], d[2])
         for p, d in leaf.items()
@@ -99,12 +105,17 @@ def _decisions(ctx: CycleContext) -> tuple[Decision, ...]:
     binds: list[Decision] = []
     for index in ctx.bound:
         work = session.works[index]
-        initial = {p.task_index for p in work.spec.placements}
-        placements = tuple(
-            session.to_placement(alloc)
-            for task, alloc in sorted(work.allocs.items())
-            if task not in initial
-        )
+        if work.spec.placements:
+            initial = {p.task_index for p in work.spec.placements}
+            placements = tuple(
+                session.to_placement(alloc)
+                for task, alloc in sorted(work.allocs.items())
+                if task not in initial
+            )
+        else:
+            placements = tuple(
+                session.to_placement(alloc) for _task, alloc in sorted(work.allocs.items())
+            )
         if placements:
             binds.append(Bind(work.name, placements, ctx.bind_reasons.get(index, "")))
     return (
@@ -118,10 +129,12 @@ def _decisions(ctx: CycleContext) -> tuple[Decision, ...]:
 
 def _pending_reasons(ctx: CycleContext) -> dict[str, str]:
     reasons: dict[str, str] = {}
+    known = ctx.reasons
+    running = _RUNNING
     for work in ctx.session.works:
-        if work.state is WorkState.RUNNING:
+        if work.state is running:
             continue
-        reasons[work.name] = ctx.reasons.get(work.index) or "waiting for the next cycle"
+        reasons[work.spec.name] = known.get(work.index) or "waiting for the next cycle"
     return reasons
 
 

@@ -372,9 +372,15 @@ class Placer:
             if len(found) >= limit:
                 break
         shared = len(found)
+        pins = self._pins
         for node in self._nodes_with_empty(1):
             if node in found or not self._node_fits(node, workload, allowed, excluded):
                 continue
+            if pins and node in pins:
+                used = s.device_used[node]
+                pinned = self._pinned(node)
+                if all(used[d] or d in pinned for d in range(len(used))):
+                    continue
             if max_milli is not None and request.milli_on(s.nodes[node].gpu_memory_mib) > max_milli:
                 continue
             found[node] = None

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import bisect
 import enum
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpupool.core.model import (
     MILLI_PER_GPU,
+    GpuRequestKind,
     Node,
     Project,
     Snapshot,
     TaskPlacement,
     Workload,
+    WorkloadType,
 )
 
 UNTRACKED = 1 << 62
@@ -35,9 +37,17 @@ class WorkState(enum.Enum):
     EVICTED = "evicted"
 
 
-@dataclass(frozen=True, slots=True)
-class TaskAlloc:
-    """One placed task inside the session: node index, devices and what it takes on each."""
+_PENDING = WorkState.PENDING
+_RUNNING = WorkState.RUNNING
+"""Enum members by module name: in Python 3.11 reading `WorkState.RUNNING` from the class
+costs ten times a global, and hashing a member runs Python code."""
+
+
+class TaskAlloc(NamedTuple):
+    """One placed task inside the session: node index, devices and what it takes on each.
+
+    A named tuple rather than a frozen dataclass: a cycle makes thousands (every running task,
+    every tentative placement), and a tuple is built several times faster."""
 
     task_index: int
     node: int
@@ -46,6 +56,14 @@ class TaskAlloc:
     memory_mib_per_device: int
     burst_device: int | None = None
 
+
+_TYPE_DEFAULTS = {t: (t.default_priority, t.default_preemptible) for t in WorkloadType}
+"""Per workload type: (priority, preemptible) when the workload does not set them."""
+_WHOLE = GpuRequestKind.WHOLE
+_FRACTION = GpuRequestKind.FRACTION
+_TRAIN = WorkloadType.TRAIN
+_TRAIN_DEFAULTS = _TYPE_DEFAULTS[_TRAIN]
+"""The most common type, told apart by identity: hashing an enum member runs Python code."""
 
 _NO_ALLOCS: dict[int, TaskAlloc] = {}
 """Shared by every record with nothing placed; `Session._add_alloc` gives a record its own dict
@@ -72,12 +90,16 @@ class WorkRecord:
         self.index = index
         self.spec = spec
         self.project = project
-        self.priority = spec.effective_priority
-        self.preemptible = spec.is_preemptible
+        kind = spec.type
+        defaults = _TRAIN_DEFAULTS if kind is _TRAIN else _TYPE_DEFAULTS[kind]
+        priority = spec.priority
+        self.priority = defaults[0] if priority is None else priority
+        preemptible = spec.preemptible
+        self.preemptible = defaults[1] if preemptible is None else preemptible
         self.task_gpu_milli = task_gpu_milli
         """Per-task GPU charge; a memory request is estimated on the largest device."""
         self.allocs: dict[int, TaskAlloc] = _NO_ALLOCS
-        self.state = WorkState.PENDING
+        self.state = _PENDING
         self.started_this_cycle = False
 
     @property
@@ -86,7 +108,10 @@ class WorkRecord:
 
     @property
     def missing_tasks(self) -> list[int]:
-        return [i for i in range(self.spec.tasks) if i not in self.allocs]
+        allocs = self.allocs
+        if not allocs:
+            return list(range(self.spec.tasks))
+        return [i for i in range(self.spec.tasks) if i not in allocs]
 
 
 class ProjectRecord:
@@ -125,57 +150,187 @@ class Session:
         self.snapshot = snapshot
         self.settings = snapshot.settings
         self.nodes: tuple[Node, ...] = snapshot.nodes
-        self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
-        if len(self.node_index) != len(self.nodes):
+        nodes = self.nodes
+        self.node_index = {n.name: i for i, n in enumerate(nodes)}
+        if len(self.node_index) != len(nodes):
             raise ValueError("snapshot has two nodes with the same name")
-        self.device_used: list[list[int]] = [[0] * n.gpu_count for n in self.nodes]
-        self.device_memory_used: list[list[int]] = [[0] * n.gpu_count for n in self.nodes]
-        self.cpu_free = [UNTRACKED if n.cpu_milli is None else n.cpu_milli for n in self.nodes]
-        self.memory_free = [UNTRACKED if n.memory_mib is None else n.memory_mib for n in self.nodes]
-        self.max_gpus_per_node = max((n.gpu_count for n in self.nodes), default=0)
-        self.max_device_memory_mib = max((n.gpu_memory_mib for n in self.nodes), default=1)
-        self.empty_count = [n.gpu_count for n in self.nodes]
+        self.device_used: list[list[int]] = [[0] * n.gpu_count for n in nodes]
+        self.device_memory_used: list[list[int]] = [[0] * n.gpu_count for n in nodes]
+        self.cpu_free = [UNTRACKED if n.cpu_milli is None else n.cpu_milli for n in nodes]
+        self.memory_free = [UNTRACKED if n.memory_mib is None else n.memory_mib for n in nodes]
+        self.max_gpus_per_node = max((n.gpu_count for n in nodes), default=0)
+        self.max_device_memory_mib = max((n.gpu_memory_mib for n in nodes), default=1)
+        self.empty_count = [n.gpu_count for n in nodes]
         self.nodes_by_empty: list[dict[int, None]] = [{} for _ in range(self.max_gpus_per_node + 1)]
-        for i, n in enumerate(self.nodes):
-            self.nodes_by_empty[n.gpu_count][i] = None
         self.shared_by_free: dict[int, dict[tuple[int, int], None]] = {}
         self.shared_free_keys: list[int] = []
-        self.capacity_gpu_milli = MILLI_PER_GPU * sum(n.gpu_count for n in self.nodes)
+        self.capacity_gpu_milli = MILLI_PER_GPU * sum(n.gpu_count for n in nodes)
         self.used_gpu_milli = 0
-        self.node_tags: list[dict[int, int]] = [{} for _ in self.nodes]
-        """Per node, how many tasks of each size it holds (devices taken; 0 for a shared one):
-        the GPU-clustering policy's affinity."""
         self.burstable_works: dict[int, None] = {}
         """Works with a dynamic fraction (limit above request): the node-level scheduler's."""
+        self.node_tags: list[dict[int, int]] = [{} for _ in nodes]
+        """Per node, how many tasks of each size it holds (devices taken; 0 for a shared one):
+        the GPU-clustering policy's affinity."""
 
         self.projects: list[ProjectRecord] = [
             ProjectRecord(i, p) for i, p in enumerate(snapshot.projects)
         ]
         self.project_index = {p.name: i for i, p in enumerate(snapshot.projects)}
         self._link_projects()
+        self._holders = [
+            tuple(
+                (self.projects[p].holding, self.projects[p].nonpreemptible_holding)
+                for p in record.ancestors
+            )
+            for record in self.projects
+        ]
+        """Per project: the holding lists (all, non-preemptible) of its path, charged by
+        `_add_alloc` and `_remove_alloc`."""
 
         self.works: list[WorkRecord] = []
         self.work_index: dict[str, int] = {}
-        for spec in snapshot.workloads:
-            project = self.project_index.get(spec.project)
-            if project is None:
-                raise ValueError(f"workload {spec.name!r} names unknown project {spec.project!r}")
-            if self.projects[project].children:
-                raise ValueError(
-                    f"workload {spec.name!r} is in {spec.project!r}, a department: "
-                    "only projects (leaves) hold workloads"
-                )
-            record = WorkRecord(
-                len(self.works), spec, project, spec.gpu.milli_on(self.max_device_memory_mib)
-            )
-            self.work_index[spec.name] = record.index
-            self.works.append(record)
-            if spec.placements:
-                record.state = WorkState.RUNNING
-                for placement in spec.placements:
-                    self._add_alloc(record, self._alloc_from(spec, placement))
+        self.running_at_start: list[WorkRecord] = []
+        """The works that run when the cycle starts, in order: the only ones that can be
+        victims or movers (work started this cycle cannot)."""
+        self._build_works(snapshot.workloads)
 
     # --- building -------------------------------------------------------------------------
+
+    def _build_works(self, workloads: tuple[Workload, ...]) -> None:
+        """Records for every workload, and the running ones' placements charged in one pass.
+
+        Equivalent to placing every running task through `_add_alloc` in snapshot order, but
+        the capacity indexes are built once at the end: each node (device) is put into its
+        bucket in the order of its last change, as the incremental updates would have left it.
+        """
+        works = self.works
+        work_index = self.work_index
+        project_index = self.project_index
+        projects = self.projects
+        largest = self.max_device_memory_mib
+        device_used = self.device_used
+        device_memory_used = self.device_memory_used
+        cpu_free = self.cpu_free
+        memory_free = self.memory_free
+        burstable = self.burstable_works
+        whole = _WHOLE
+        fraction = _FRACTION
+        leaf_project: dict[str, int] = {}
+        held: dict[int, list[int]] = {}
+        """Per project: gpu, cpu, memory held, then the same for non-preemptible work."""
+        node_changed: dict[int, int] = {}
+        """Node -> the last step at which its number of empty devices changed."""
+        device_changed: dict[tuple[int, int], int] = {}
+        """(node, device) -> the last step at which its use changed."""
+        step = 0
+        for index, spec in enumerate(workloads):
+            project = leaf_project.get(spec.project)
+            if project is None:
+                project = project_index.get(spec.project)
+                if project is None:
+                    raise ValueError(
+                        f"workload {spec.name!r} names unknown project {spec.project!r}"
+                    )
+                if projects[project].children:
+                    raise ValueError(
+                        f"workload {spec.name!r} is in {spec.project!r}, a department: "
+                        "only projects (leaves) hold workloads"
+                    )
+                leaf_project[spec.project] = project
+            gpu = spec.gpu
+            kind = gpu.kind
+            if kind is whole:
+                task_milli = gpu.amount * MILLI_PER_GPU
+            elif kind is fraction:
+                task_milli = gpu.amount
+            else:
+                task_milli = gpu.milli_on(largest)
+            record = WorkRecord(index, spec, project, task_milli)
+            work_index[spec.name] = index
+            works.append(record)
+            if not spec.placements:
+                continue
+            record.state = _RUNNING
+            self.running_at_start.append(record)
+            allocs: dict[int, TaskAlloc] = {}
+            record.allocs = allocs
+            gpu_held = 0
+            for placement in spec.placements:
+                alloc = self._alloc_from(spec, placement)
+                node = alloc.node
+                milli = alloc.milli_per_device
+                memory = alloc.memory_mib_per_device
+                used = device_used[node]
+                memory_used = device_memory_used[node]
+                for device in alloc.devices:
+                    before = used[device]
+                    after = before + milli
+                    used[device] = after
+                    memory_used[device] += memory
+                    if before != after:
+                        step += 1
+                        device_changed[(node, device)] = step
+                        if before == 0 or after == 0:
+                            node_changed[node] = step
+                cpu_free[node] -= spec.cpu_milli
+                memory_free[node] -= spec.memory_mib
+                allocs[alloc.task_index] = alloc
+                gpu_held += milli * len(alloc.devices)
+                self._tag(alloc, 1)
+            tasks = len(spec.placements)
+            totals = held.get(project)
+            if totals is None:
+                totals = held[project] = [0] * 6
+            cpu_held = spec.cpu_milli * tasks
+            memory_held = spec.memory_mib * tasks
+            totals[0] += gpu_held
+            totals[1] += cpu_held
+            totals[2] += memory_held
+            if not record.preemptible:
+                totals[3] += gpu_held
+                totals[4] += cpu_held
+                totals[5] += memory_held
+            if gpu.is_burstable:
+                burstable[index] = None
+        for project, totals in held.items():
+            for p in projects[project].ancestors:
+                holder = projects[p]
+                for r in range(3):
+                    holder.holding[r] += totals[r]
+                    holder.nonpreemptible_holding[r] += totals[3 + r]
+        self._build_indexes(node_changed, device_changed)
+
+    def _build_indexes(
+        self, node_changed: dict[int, int], device_changed: dict[tuple[int, int], int]
+    ) -> None:
+        """Empty-device buckets and shared-device buckets from the devices' use: a node or
+        device enters its bucket in the order of its last change (untouched nodes first, in
+        node order), as `_set_device` would have moved it there."""
+        used_total = 0
+        empty_count = self.empty_count
+        order: list[tuple[int, int]] = []
+        for node, used in enumerate(self.device_used):
+            used_total += sum(used)
+            empty_count[node] = used.count(0)
+            order.append((node_changed.get(node, 0), node))
+        self.used_gpu_milli = used_total
+        order.sort()
+        buckets = self.nodes_by_empty
+        for _step, node in order:
+            buckets[empty_count[node]][node] = None
+        shared = sorted(
+            (step, node, device)
+            for (node, device), step in device_changed.items()
+            if 0 < self.device_used[node][device] < MILLI_PER_GPU
+        )
+        by_free = self.shared_by_free
+        for _step, node, device in shared:
+            free = MILLI_PER_GPU - self.device_used[node][device]
+            bucket = by_free.get(free)
+            if bucket is None:
+                bucket = by_free[free] = {}
+            bucket[(node, device)] = None
+        self.shared_free_keys = sorted(by_free)
 
     def _link_projects(self) -> None:
         for record in self.projects:
@@ -203,65 +358,82 @@ class Session:
         node = self.node_index.get(placement.node)
         if node is None:
             raise ValueError(f"workload {spec.name!r} runs on unknown node {placement.node!r}")
-        device_memory = self.nodes[node].gpu_memory_mib
-        for device in placement.devices + (
-            () if placement.burst_device is None else (placement.burst_device,)
-        ):
-            if not 0 <= device < self.nodes[node].gpu_count:
+        spec_node = self.nodes[node]
+        count = spec_node.gpu_count
+        devices = placement.devices
+        burst = placement.burst_device
+        for device in devices if burst is None else (*devices, burst):
+            if not 0 <= device < count:
                 raise ValueError(
                     f"workload {spec.name!r} runs on device {device} of {placement.node!r}, "
-                    f"which has {self.nodes[node].gpu_count} devices"
+                    f"which has {count} devices"
                 )
-        return TaskAlloc(
-            task_index=placement.task_index,
-            node=node,
-            devices=placement.devices,
-            milli_per_device=spec.gpu.milli_on(device_memory) if spec.gpu.is_shared else 1000,
-            memory_mib_per_device=spec.gpu.memory_mib_on(device_memory),
-            burst_device=placement.burst_device,
-        )
+        device_memory = spec_node.gpu_memory_mib
+        gpu = spec.gpu
+        if gpu.kind is _WHOLE:
+            milli, memory = MILLI_PER_GPU, device_memory
+        elif gpu.kind is _FRACTION:
+            milli, memory = gpu.amount, gpu.amount * device_memory // MILLI_PER_GPU
+        else:
+            milli, memory = gpu.milli_on(device_memory), gpu.memory_mib_on(device_memory)
+        return TaskAlloc(placement.task_index, node, devices, milli, memory, burst)
 
     # --- the only two mutations -----------------------------------------------------------
 
     def _add_alloc(self, work: WorkRecord, alloc: TaskAlloc) -> None:
         spec = work.spec
-        for device in alloc.devices:
-            self._set_device(
-                alloc.node,
-                device,
-                self.device_used[alloc.node][device] + alloc.milli_per_device,
-                self.device_memory_used[alloc.node][device] + alloc.memory_mib_per_device,
-            )
-        self.cpu_free[alloc.node] -= spec.cpu_milli
-        self.memory_free[alloc.node] -= spec.memory_mib
+        node = alloc.node
+        milli = alloc.milli_per_device
+        self._change_devices(node, alloc.devices, milli, alloc.memory_mib_per_device)
+        self.cpu_free[node] -= spec.cpu_milli
+        self.memory_free[node] -= spec.memory_mib
         if work.allocs is _NO_ALLOCS:
             work.allocs = {}
         work.allocs[alloc.task_index] = alloc
-        gpu = alloc.milli_per_device * len(alloc.devices)
-        self._charge(work, gpu, 1)
-        self._tag(alloc, 1)
-        if spec.gpu.is_burstable:
+        gpu = milli * len(alloc.devices)
+        cpu = spec.cpu_milli
+        memory = spec.memory_mib
+        nonpreemptible = not work.preemptible
+        for holding, nonpreemptible_holding in self._holders[work.project]:
+            holding[0] += gpu
+            holding[1] += cpu
+            holding[2] += memory
+            if nonpreemptible:
+                nonpreemptible_holding[0] += gpu
+                nonpreemptible_holding[1] += cpu
+                nonpreemptible_holding[2] += memory
+        if spec.gpu.kind is _FRACTION and spec.gpu.is_burstable:
             self.burstable_works[work.index] = None
+        self._tag(alloc, 1)
 
     def _remove_alloc(self, work: WorkRecord, task_index: int) -> TaskAlloc:
         alloc = work.allocs.pop(task_index)
-        for device in alloc.devices:
-            self._set_device(
-                alloc.node,
-                device,
-                self.device_used[alloc.node][device] - alloc.milli_per_device,
-                self.device_memory_used[alloc.node][device] - alloc.memory_mib_per_device,
-            )
-        self.cpu_free[alloc.node] += work.spec.cpu_milli
-        self.memory_free[alloc.node] += work.spec.memory_mib
-        self._charge(work, alloc.milli_per_device * len(alloc.devices), -1)
+        spec = work.spec
+        node = alloc.node
+        milli = alloc.milli_per_device
+        self._change_devices(node, alloc.devices, -milli, -alloc.memory_mib_per_device)
+        self.cpu_free[node] += spec.cpu_milli
+        self.memory_free[node] += spec.memory_mib
+        gpu = milli * len(alloc.devices)
+        cpu = spec.cpu_milli
+        memory = spec.memory_mib
+        nonpreemptible = not work.preemptible
+        for holding, nonpreemptible_holding in self._holders[work.project]:
+            holding[0] -= gpu
+            holding[1] -= cpu
+            holding[2] -= memory
+            if nonpreemptible:
+                nonpreemptible_holding[0] -= gpu
+                nonpreemptible_holding[1] -= cpu
+                nonpreemptible_holding[2] -= memory
         self._tag(alloc, -1)
         return alloc
 
     def _tag(self, alloc: TaskAlloc, sign: int) -> None:
-        if not alloc.devices:
+        devices = alloc.devices
+        if not devices:
             return
-        tag = 0 if alloc.milli_per_device < MILLI_PER_GPU else len(alloc.devices)
+        tag = 0 if alloc.milli_per_device < MILLI_PER_GPU else len(devices)
         tags = self.node_tags[alloc.node]
         count = tags.get(tag, 0) + sign
         if count:
@@ -269,32 +441,36 @@ class Session:
         else:
             del tags[tag]
 
-    def _charge(self, work: WorkRecord, gpu_milli: int, sign: int) -> None:
-        spec = work.spec
-        amounts = (gpu_milli * sign, spec.cpu_milli * sign, spec.memory_mib * sign)
-        nonpreemptible = not work.preemptible
-        for p in self.projects[work.project].ancestors:
-            record = self.projects[p]
-            for r in range(3):
-                record.holding[r] += amounts[r]
-            if nonpreemptible:
-                for r in range(3):
-                    record.nonpreemptible_holding[r] += amounts[r]
-
-    def _set_device(self, node: int, device: int, used: int, memory_used: int) -> None:
-        before = self.device_used[node][device]
-        self.device_used[node][device] = used
-        self.device_memory_used[node][device] = memory_used
-        if before == used:
+    def _change_devices(self, node: int, devices: tuple[int, ...], milli: int, memory: int) -> None:
+        """Add `milli` and `memory` (negative: take them off) to each of `devices` of `node`,
+        and keep the indexes up to date: a device whose use changed goes to the end of its
+        shared bucket, a node whose number of empty devices changed to the end of its bucket
+        (once per call: every device changes the same way, so the intermediate buckets a
+        device-by-device update would pass through end up as they were)."""
+        used = self.device_used[node]
+        memory_used = self.device_memory_used[node]
+        empty_delta = 0
+        for device in devices:
+            memory_used[device] += memory
+            if not milli:
+                continue
+            before = used[device]
+            after = before + milli
+            used[device] = after
+            if 0 < before < MILLI_PER_GPU:
+                self._unindex_shared(node, device, MILLI_PER_GPU - before)
+            if 0 < after < MILLI_PER_GPU:
+                self._index_shared(node, device, MILLI_PER_GPU - after)
+            if before == 0:
+                empty_delta -= 1
+            elif after == 0:
+                empty_delta += 1
+        if not milli:
             return
-        self.used_gpu_milli += used - before
-        if 0 < before < MILLI_PER_GPU:
-            self._unindex_shared(node, device, MILLI_PER_GPU - before)
-        if 0 < used < MILLI_PER_GPU:
-            self._index_shared(node, device, MILLI_PER_GPU - used)
-        if before == 0 or used == 0:
+        self.used_gpu_milli += milli * len(devices)
+        if empty_delta:
             old = self.empty_count[node]
-            new = old + (1 if used == 0 else -1)
+            new = old + empty_delta
             del self.nodes_by_empty[old][node]
             self.nodes_by_empty[new][node] = None
             self.empty_count[node] = new

@@ -10,18 +10,30 @@ that shape are answered from a cache, which keeps a long queue cheap.
 from __future__ import annotations
 
 import heapq
+import operator
 
 from gpupool.core.context import GPU, CycleContext
 from gpupool.core.model import GpuRequestKind
 from gpupool.core.session import Statement, WorkRecord, WorkState
+
+# Enum members as module globals: reading one from its class costs ten times as much in
+# Python 3.11, and the loops here read them per workload.
+_WHOLE = GpuRequestKind.WHOLE
+_FRACTION = GpuRequestKind.FRACTION
+_MEMORY = GpuRequestKind.MEMORY
+_PENDING = WorkState.PENDING
+_RUNNING = WorkState.RUNNING
 
 ShapeKey = tuple[object, ...]
 
 
 def shape_key(work: WorkRecord, gang_size: int) -> ShapeKey:
     spec = work.spec
+    kind = spec.gpu.kind
     return (
-        spec.gpu.kind,
+        # The kind as a number: the key is hashed at every lookup, and hashing an enum member
+        # runs Python code.
+        0 if kind is _WHOLE else 1 if kind is _FRACTION else 2,
         spec.gpu.amount,
         gang_size,
         spec.cpu_milli,
@@ -29,6 +41,15 @@ def shape_key(work: WorkRecord, gang_size: int) -> ShapeKey:
         spec.node_selector,
         spec.tolerations,
     )
+
+
+def pending_shape_key(ctx: CycleContext, work: WorkRecord, gang_size: int) -> ShapeKey:
+    """`shape_key` of a work with nothing placed, whose gang to start is fixed by its spec:
+    computed once a cycle."""
+    key = ctx.shape_keys.get(work.index)
+    if key is None:
+        key = ctx.shape_keys[work.index] = shape_key(work, gang_size)
+    return key
 
 
 def share_ratio(ctx: CycleContext, project: int) -> float:
@@ -40,33 +61,68 @@ def share_ratio(ctx: CycleContext, project: int) -> float:
     return record.holding[GPU] / share
 
 
+_submit_seq = operator.attrgetter("spec.submit_seq")
+_priority = operator.attrgetter("priority")
+
+
 def queues_by_project(ctx: CycleContext) -> dict[int, list[WorkRecord]]:
     """Work waiting to start tasks, per project, by priority then submission."""
     queues: dict[int, list[WorkRecord]] = {}
     for work in ctx.session.works:
-        if work.state is WorkState.PENDING or (
-            work.state is WorkState.RUNNING and len(work.allocs) < work.spec.tasks
+        if work.state is _PENDING or (
+            work.state is _RUNNING and len(work.allocs) < work.spec.tasks
         ):
             queues.setdefault(work.project, []).append(work)
     for queue in queues.values():
-        queue.sort(key=lambda w: (-w.priority, w.spec.submit_seq))
+        # (-priority, submission) in two stable passes with C-level keys: by submission, then
+        # by priority, highest first (a reverse sort keeps equal keys in their order).
+        queue.sort(key=_submit_seq)
+        queue.sort(key=_priority, reverse=True)
     return queues
 
 
 def allocate(ctx: CycleContext) -> None:
-    queues = queues_by_project(ctx)
+    queues = ctx.queues = queues_by_project(ctx)
+    projects = ctx.session.projects
     cursor = dict.fromkeys(queues, 0)
-    heap = [(share_ratio(ctx, p), ctx.session.projects[p].name, p) for p in queues]
+    heap = [(share_ratio(ctx, p), projects[p].name, p) for p in queues]
     heapq.heapify(heap)
     failed: dict[ShapeKey, str] = {}
+    reasons = ctx.reasons
+    unlimited = [not ctx.limit_levels(p) for p in range(len(projects))]
+    memory = _MEMORY
+    shape_keys = ctx.shape_keys
     while heap:
-        _, name, project = heapq.heappop(heap)
+        _, name, project = heap[0]
         queue = queues[project]
-        work = queue[cursor[project]]
-        cursor[project] += 1
+        position = cursor[project]
+        work = queue[position]
+        cursor[project] = position + 1
+        more = position + 1 < len(queue)
+        spec = work.spec
+        if work.preemptible and not work.allocs and unlimited[project]:
+            # The common case, inline: nothing placed yet and no policy that could hold it
+            # back, so `try_allocate` would go straight to the failed-shape cache.
+            gang = spec.tasks if spec.min_available is None else spec.min_available
+            gang = len(range(spec.tasks)[:gang])
+            if gang:
+                key = shape_keys.get(work.index)
+                if key is None:
+                    key = shape_keys[work.index] = shape_key(work, gang)
+                if spec.gpu.kind is memory:
+                    key = (*key, project)
+                cached = failed.get(key)
+                if cached is not None:
+                    reasons[work.index] = cached
+                    # Nothing changed, so the project's share ratio neither: it stays first.
+                    if not more:
+                        heapq.heappop(heap)
+                    continue
         try_allocate(ctx, work, failed)
-        if cursor[project] < len(queue):
-            heapq.heappush(heap, (share_ratio(ctx, project), name, project))
+        if more:
+            heapq.heapreplace(heap, (share_ratio(ctx, project), name, project))
+        else:
+            heapq.heappop(heap)
 
 
 def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[ShapeKey, str]) -> bool:
@@ -80,8 +136,8 @@ def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[ShapeKey, str
         if ctx.quota_problem(work, ctx.ask(work, len(gang))) is not None:
             ctx.policy_blocked.add(work.index)
         return False
-    key = shape_key(work, len(gang))
-    if work.spec.gpu.kind is GpuRequestKind.MEMORY:
+    key = pending_shape_key(ctx, work, len(gang))
+    if work.spec.gpu.kind is _MEMORY:
         # Its charge, hence whether its project's headroom admits it, depends on the device:
         # a failure says something about this project only (whose headroom only shrinks here).
         key = (*key, work.project)

@@ -21,11 +21,18 @@ moves per attempt, a few candidate places per task.
 
 from __future__ import annotations
 
-from gpupool.core.actions.victims import can_be_victim, fits_back, victim_units
+from gpupool.core.actions.victims import can_be_victim, fits_back, victim_order
 from gpupool.core.context import CycleContext
 from gpupool.core.decisions import Move, MoveCause
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind
 from gpupool.core.session import Statement, TaskAlloc, WorkRecord, WorkState
+
+# Enum members as module globals: reading one from its class costs ten times as much in
+# Python 3.11, and the loops here read them per workload.
+_MEMORY = GpuRequestKind.MEMORY
+_WHOLE = GpuRequestKind.WHOLE
+_PENDING = WorkState.PENDING
+_RUNNING = WorkState.RUNNING
 
 _CANDIDATES = 8
 """Candidate places (nodes, or devices for a shared request) tried per task."""
@@ -43,18 +50,19 @@ def consolidate(ctx: CycleContext) -> None:
     budget = session.settings.max_consolidation_attempts_per_cycle
     if budget <= 0:
         return
-    movers: dict[tuple[int, int], list[Mover]] | None = None
-    for work in [w for w in session.works if w.state is WorkState.PENDING]:
+    movers: Movers | None = None
+    for work in [w for w in session.works if w.state is _PENDING]:
         if budget <= 0:
             return
-        gang, extras = ctx.tasks_to_start(work)
-        if not gang or ctx.policy_problem(work, len(gang)) is not None:
+        gang_size = ctx.gang_to_start(work)
+        if not gang_size or work.task_gpu_milli * gang_size > session.idle_gpu_milli:
             continue
-        if work.task_gpu_milli * len(gang) > session.idle_gpu_milli:
+        if ctx.policy_problem(work, gang_size) is not None:
             continue
         budget -= 1
+        gang, extras = ctx.tasks_to_start(work)
         if movers is None:
-            movers = _movers_by_device(ctx)
+            movers = Movers(ctx)
         statement = Statement(session)
         moves: list[Move] = []
         if _place_with_moves(ctx, statement, work, gang, movers, moves) and (
@@ -69,17 +77,46 @@ def consolidate(ctx: CycleContext) -> None:
             statement.rollback()
 
 
-def _movers_by_device(ctx: CycleContext) -> dict[tuple[int, int], list[Mover]]:
-    """Tasks that may move, per (node, device) they are charged to, first to move first."""
-    session = ctx.session
-    movable = [w for w in session.works if w.spec.movable and can_be_victim(session, w)]
-    movable.sort(key=lambda w: victim_units(w)[-1].order)
-    by_device: dict[tuple[int, int], list[Mover]] = {}
-    for rank, work in enumerate(movable):
-        for task, alloc in sorted(work.allocs.items()):
-            for device in alloc.devices:
-                by_device.setdefault((alloc.node, device), []).append((rank, work, task))
-    return by_device
+class Movers:
+    """Tasks that may move, per (node, device) they are charged to, first to move first.
+
+    Kept per node and split by device when a device is asked for: a consolidation looks at a
+    few devices, and a list per device of the cluster is many objects for the garbage
+    collector (at 10,000 nodes, tens of thousands) for the few attempts a cycle makes."""
+
+    def __init__(self, ctx: CycleContext) -> None:
+        session = ctx.session
+        movable = [
+            w for w in session.running_at_start if w.spec.movable and can_be_victim(session, w)
+        ]
+        movable.sort(key=victim_order)
+        self._by_node: dict[int, list[tuple[int, WorkRecord, int, tuple[int, ...]]]] = {}
+        by_node = self._by_node
+        for rank, work in enumerate(movable):
+            for task, alloc in sorted(work.allocs.items()):
+                entry = (rank, work, task, alloc.devices)
+                here = by_node.get(alloc.node)
+                if here is None:
+                    by_node[alloc.node] = [entry]
+                else:
+                    here.append(entry)
+        self._by_device: dict[tuple[int, int], list[Mover]] = {}
+
+    def get(self, slot: tuple[int, int], default: list[Mover]) -> list[Mover]:
+        """The movers charged to (node, device) when the moves began, in victim order (then
+        task order), or `default` when there are none."""
+        found = self._by_device.get(slot)
+        if found is None:
+            node, device = slot
+            found = self._by_device[slot] = [
+                (rank, work, task)
+                for rank, work, task, devices in self._by_node.get(node, ())
+                if device in devices
+            ]
+        return found or default
+
+    def __contains__(self, slot: tuple[int, int]) -> bool:
+        return bool(self.get(slot, []))
 
 
 def _place_with_moves(
@@ -87,7 +124,7 @@ def _place_with_moves(
     statement: Statement,
     work: WorkRecord,
     gang: list[int],
-    movers: dict[tuple[int, int], list[Mover]],
+    movers: Movers,
     moves: list[Move],
 ) -> bool:
     """Place each task of `gang`, making room by moves where it fits nowhere."""
@@ -125,27 +162,25 @@ def _place_with_moves(
 
 
 def _headroom(ctx: CycleContext, work: WorkRecord) -> int | None:
-    return None if work.spec.gpu.kind is not GpuRequestKind.MEMORY else ctx.gpu_headroom(work)
+    return None if work.spec.gpu.kind is not _MEMORY else ctx.gpu_headroom(work)
 
 
 def _current(mover: Mover, node: int, device: int) -> TaskAlloc | None:
     """The mover's task if it is still placed on (node, device) (earlier attempts of this cycle
     may have moved or evicted it)."""
     _rank, work, task = mover
-    alloc = work.allocs.get(task) if work.state is WorkState.RUNNING else None
+    alloc = work.allocs.get(task) if work.state is _RUNNING else None
     if alloc is None or alloc.node != node or device not in alloc.devices:
         return None
     return alloc
 
 
-def _candidate_slots(
-    ctx: CycleContext, work: WorkRecord, movers: dict[tuple[int, int], list[Mover]]
-) -> list[Slot]:
+def _candidate_slots(ctx: CycleContext, work: WorkRecord, movers: Movers) -> list[Slot]:
     session = ctx.session
     admitted = ctx.placer.admitted_nodes(work.spec)
     spec = work.spec
     slots: dict[Slot, None] = {}
-    if spec.gpu.kind is GpuRequestKind.WHOLE:
+    if spec.gpu.kind is _WHOLE:
         for count in range(session.max_gpus_per_node, 0, -1):
             for node in session.nodes_by_empty[count]:
                 if session.nodes[node].gpu_count >= spec.gpu.amount and (
@@ -162,7 +197,7 @@ def _candidate_slots(
                 return list(slots)
             if (node, device) not in movers or (admitted is not None and node not in admitted):
                 continue
-            if spec.gpu.kind is GpuRequestKind.WHOLE:
+            if spec.gpu.kind is _WHOLE:
                 if session.nodes[node].gpu_count < spec.gpu.amount:
                     continue
                 slots[(node, None)] = None
@@ -170,7 +205,7 @@ def _candidate_slots(
                 slots[(node, device)] = None
             if len(slots) >= _CANDIDATES:
                 return list(slots)
-    if spec.gpu.kind is GpuRequestKind.WHOLE:
+    if spec.gpu.kind is _WHOLE:
         for node in session.nodes_by_empty[0]:
             if session.nodes[node].gpu_count >= spec.gpu.amount and (
                 admitted is None or node in admitted
@@ -187,7 +222,7 @@ def _try_slot(
     work: WorkRecord,
     task: int,
     slot: Slot,
-    movers: dict[tuple[int, int], list[Mover]],
+    movers: Movers,
     moves_so_far: int,
     changed: list[tuple[WorkRecord, TaskAlloc, TaskAlloc]] | None = None,
 ) -> tuple[int, int] | None:
@@ -221,7 +256,7 @@ def _try_slot(
     for position, (rank, mover, old) in enumerate(removed):
         if position in staying:
             continue
-        excluded = node if mover.spec.gpu.kind is GpuRequestKind.WHOLE else None
+        excluded = node if mover.spec.gpu.kind is _WHOLE else None
         new = ctx.placer.find(mover.spec, old.task_index, excluded, _headroom(ctx, mover))
         if new is None:
             return None
@@ -240,7 +275,7 @@ def _empty_devices(
     attempt: Statement,
     work: WorkRecord,
     node: int,
-    movers: dict[tuple[int, int], list[Mover]],
+    movers: Movers,
     allowed: int,
 ) -> list[tuple[int, WorkRecord, TaskAlloc]] | None:
     """Empty devices of `node` until it has the empty devices a task of `work` needs: those
@@ -276,7 +311,7 @@ def _free_device(
     work: WorkRecord,
     node: int,
     device: int,
-    movers: dict[tuple[int, int], list[Mover]],
+    movers: Movers,
     allowed: int,
 ) -> list[tuple[int, WorkRecord, TaskAlloc]] | None:
     """Take movers off one shared device, in victim order, until a task of `work` fits there."""

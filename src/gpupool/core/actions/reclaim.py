@@ -27,11 +27,27 @@ from __future__ import annotations
 
 import bisect
 
-from gpupool.core.actions.allocate import ShapeKey, shape_key, share_ratio
-from gpupool.core.actions.victims import VictimUnit, can_be_victim, evict_to_place, victim_units
+from gpupool.core.actions.allocate import (
+    ShapeKey,
+    pending_shape_key,
+    queues_by_project,
+    share_ratio,
+)
+from gpupool.core.actions.victims import (
+    Reason,
+    VictimUnit,
+    can_be_victim,
+    evict_to_place,
+    victim_units,
+)
 from gpupool.core.context import GPU, CycleContext, format_gpu
 from gpupool.core.decisions import EvictionCause
 from gpupool.core.session import ProjectRecord, WorkRecord, WorkState
+
+# Enum members as module globals: reading one from its class costs ten times as much in
+# Python 3.11, and the loops here read them per workload.
+_PENDING = WorkState.PENDING
+_RUNNING = WorkState.RUNNING
 
 _FAIR, _QUOTA = 0, 1
 _NOTHING_TO_RECLAIM = "no over-quota work of other projects can be reclaimed to make it fit"
@@ -39,18 +55,26 @@ _NOTHING_TO_RECLAIM = "no over-quota work of other projects can be reclaimed to 
 
 def _pending_in_order(ctx: CycleContext) -> list[WorkRecord]:
     """Pending work that evictions could help (G3 holds none of it back), in reclaim order."""
-    pending = [
-        w
-        for w in ctx.session.works
-        if w.state is WorkState.PENDING and w.index not in ctx.policy_blocked
-    ]
-    pending.sort(
-        key=lambda w: (
-            share_ratio(ctx, w.project),
-            -w.priority,
-            w.spec.submit_seq,
-        )
-    )
+    blocked = ctx.policy_blocked
+    queues = ctx.queues if ctx.queues is not None else queues_by_project(ctx)
+    # Each queue is already in (priority, submission) order, ties in workload order: sort the
+    # projects by ratio and merge only the queues of projects whose ratios are equal.
+    by_ratio: dict[float, list[int]] = {}
+    for project in queues:
+        by_ratio.setdefault(share_ratio(ctx, project), []).append(project)
+    pending_state = _PENDING
+    pending: list[WorkRecord] = []
+    for ratio in sorted(by_ratio):
+        projects = by_ratio[ratio]
+        waiting = [
+            w
+            for p in projects
+            for w in queues[p]
+            if w.state is pending_state and w.index not in blocked
+        ]
+        if len(projects) > 1:
+            waiting.sort(key=lambda w: (-w.priority, w.spec.submit_seq, w.index))
+        pending.extend(waiting)
     return pending
 
 
@@ -74,26 +98,36 @@ def reclaim(ctx: CycleContext) -> None:
     failed: set[tuple[int, ShapeKey]] = set()
     victims: list[VictimUnit] | None = None
     victim_projects: list[int] = []
+    waits: dict[tuple[int, int, int, int], str] = {}
+    """`_explain_no_reclaim`'s note by what it says: most of a long queue gets one of a few."""
     for work in _pending_in_order(ctx):
-        gang, extras = ctx.tasks_to_start(work)
-        if not gang:
+        gang_size = ctx.gang_to_start(work)
+        if not gang_size:
             continue
-        ask = ctx.ask(work, len(gang))
-        if ctx.quota_problem(work, ask) is not None:
-            continue
-        # A limit is lifted only by evicting work below it: at the project's own limit, only
-        # its own work (preempt); at a department's, the work of the department's projects.
-        over = ctx.over_limit(work, ask)
-        if work.project in over:
-            continue
+        if not work.preemptible or ctx.limit_levels(work.project):
+            ask = ctx.ask(work, gang_size)
+            if ctx.quota_problem(work, ask) is not None:
+                continue
+            # A limit is lifted only by evicting work below it: at the project's own limit,
+            # only its own work (preempt); at a department's, the work of the department's
+            # projects.
+            over = ctx.over_limit(work, ask)
+            if work.project in over:
+                continue
+        else:
+            over = []
         scope = over[-1] if over else None
         leaf = session.projects[work.project]
-        ask_gpu = ask.gpu_milli
+        ask_gpu = work.task_gpu_milli * gang_size
         after = leaf.holding[GPU] + ask_gpu
         if after > leaf.fair_share[GPU] and after > leaf.spec.quota.gpu_milli:
-            _explain_no_reclaim(ctx, work, leaf, ask_gpu)
+            said = (leaf.index, leaf.holding[GPU], ask_gpu, leaf.fair_share[GPU])
+            note = waits.get(said)
+            if note is None:
+                note = waits[said] = _no_reclaim_note(leaf, ask_gpu)
+            _append_reason(ctx, work, note)
             continue
-        key = (work.project, shape_key(work, len(gang)))
+        key = (work.project, pending_shape_key(ctx, work, gang_size))
         if key in failed:
             continue
         if budget <= 0:
@@ -111,6 +145,7 @@ def reclaim(ctx: CycleContext) -> None:
             if p != work.project and (scope is None or scope in session.projects[p].ancestors)
         ]
         nothing = _NOTHING_TO_RECLAIM if scope is None else _nothing_below(ctx, scope)
+        gang, extras = ctx.tasks_to_start(work)
         if _reclaim_for(ctx, work, gang, victims, inside, path, guards):
             ctx.place_extras(work, extras)
         else:
@@ -132,21 +167,22 @@ def _reclaim_for(
     eviction more, a cycle later); only if that does not make it fit, also what the quota bar
     justifies (a quota is a guarantee even where fairness alone cannot make room)."""
     options: tuple[tuple[int, ...], ...] = ((_FAIR,), (_FAIR, _QUOTA))
+    sides: Sides = {}
     passes = [
         kinds
         for kinds in options
-        if any(_justify(ctx, p, work, path, guards, kinds[-1:]) is not None for p in projects)
+        if any(_justified(ctx, p, path, guards, kinds[-1:], sides) is not None for p in projects)
     ]
     for kinds in passes:
-        eligible = {p for p in projects if _justify(ctx, p, work, path, guards, kinds)}
+        eligible = {
+            p for p in projects if _justified(ctx, p, path, guards, kinds, sides) is not None
+        }
         # Victims evicted earlier in this cycle are passed over here rather than counted
         # against the per-attempt bound on candidates examined.
-        candidates = (
-            u for u in victims if u.work.project in eligible and u.work.state is WorkState.RUNNING
-        )
+        candidates = (u for u in victims if u.work.project in eligible and u.work.state is _RUNNING)
 
-        def justify(victim: WorkRecord, kinds: tuple[int, ...] = kinds) -> str | None:
-            return _justify(ctx, victim.project, work, path, guards, kinds)
+        def justify(victim: WorkRecord, kinds: tuple[int, ...] = kinds) -> Reason | None:
+            return _justify(ctx, victim.project, work, path, guards, kinds, sides)
 
         if evict_to_place(ctx, work, gang, candidates, justify, EvictionCause.RECLAIM):
             return True
@@ -172,12 +208,61 @@ def _reclaim_candidates(ctx: CycleContext) -> list[VictimUnit]:
     }
     units = [
         unit
-        for work in session.works
+        for work in session.running_at_start
         if work.project in over and can_be_victim(session, work)
         for unit in victim_units(work)
     ]
     units.sort(key=lambda u: u.order)
     return units
+
+
+Sides = dict[int, tuple[tuple[int, ...], tuple[int, ...], int]]
+"""Per victim project, for one reclaimer: (the victim's levels from where the two paths part,
+the bars the reclaimer's side stays within there, that first level)."""
+
+
+def _sides(
+    ctx: CycleContext,
+    victim_project: int,
+    reclaimer_path: tuple[int, ...],
+    guards: dict[int, set[int]],
+) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    victim_path = ctx.session.projects[victim_project].ancestors
+    split = 0
+    while (
+        split < len(victim_path)
+        and split < len(reclaimer_path)
+        and victim_path[split] == reclaimer_path[split]
+    ):
+        split += 1
+    allowed = tuple(
+        kind for kind in (_FAIR, _QUOTA) if all(kind in guards[p] for p in reclaimer_path[split:])
+    )
+    return victim_path[split:], allowed, split
+
+
+def _justified(
+    ctx: CycleContext,
+    victim_project: int,
+    reclaimer_path: tuple[int, ...],
+    guards: dict[int, set[int]],
+    kinds: tuple[int, ...],
+    sides: Sides,
+) -> tuple[int, int] | None:
+    """(the first of `kinds` that justifies evicting work of `victim_project` now, the level
+    below the point where the two paths part), or None. The reclaimer's side is fixed for an
+    attempt (`sides` keeps it per victim project); the victim's side is read live."""
+    side = sides.get(victim_project)
+    if side is None:
+        side = sides[victim_project] = _sides(ctx, victim_project, reclaimer_path, guards)
+    below, allowed, split = side
+    projects = ctx.session.projects
+    for kind in kinds:
+        if kind in allowed and all(
+            projects[p].holding[GPU] > _bar(projects[p], kind) for p in below
+        ):
+            return kind, projects[victim_project].ancestors[split]
+    return None
 
 
 def _justify(
@@ -186,45 +271,38 @@ def _justify(
     work: WorkRecord,
     reclaimer_path: tuple[int, ...],
     guards: dict[int, set[int]],
-    kinds: tuple[int, ...] = (_FAIR, _QUOTA),
-) -> str | None:
-    session = ctx.session
-    victim_path = session.projects[victim_project].ancestors
-    split = 0
-    while (
-        split < len(victim_path)
-        and split < len(reclaimer_path)
-        and victim_path[split] == reclaimer_path[split]
-    ):
-        split += 1
-    for kind in kinds:
-        if all(kind in guards[p] for p in reclaimer_path[split:]) and all(
-            session.projects[p].holding[GPU] > _bar(session.projects[p], kind)
-            for p in victim_path[split:]
-        ):
-            record = session.projects[victim_path[split]]
-            bar = "fair share" if kind == _FAIR else "quota"
-            return (
-                f"{_kind(ctx, record)} {record.name} holds {format_gpu(record.holding[GPU])},"
-                f" above its {bar} of {format_gpu(_bar(record, kind))}; reclaimed for"
-                f" {work.name} of project {session.projects[work.project].name}"
-            )
-    return None
+    kinds: tuple[int, ...],
+    sides: Sides,
+) -> Reason | None:
+    found = _justified(ctx, victim_project, reclaimer_path, guards, kinds, sides)
+    if found is None:
+        return None
+    kind, level = found
+    record = ctx.session.projects[level]
+    holding = record.holding[GPU]
+    bar_amount = _bar(record, kind)
+
+    def reason() -> str:
+        session = ctx.session
+        bar = "fair share" if kind == _FAIR else "quota"
+        return (
+            f"{_kind(ctx, record)} {record.name} holds {format_gpu(holding)},"
+            f" above its {bar} of {format_gpu(bar_amount)}; reclaimed for"
+            f" {work.name} of project {session.projects[work.project].name}"
+        )
+
+    return reason
 
 
 def _kind(ctx: CycleContext, record: ProjectRecord) -> str:
     return "department" if record.children else "project"
 
 
-def _explain_no_reclaim(
-    ctx: CycleContext, work: WorkRecord, leaf: ProjectRecord, ask_gpu: int
-) -> None:
-    _append_reason(
-        ctx,
-        work,
+def _no_reclaim_note(leaf: ProjectRecord, ask_gpu: int) -> str:
+    return (
         f"project {leaf.name} would hold {format_gpu(leaf.holding[GPU] + ask_gpu)}, above both"
         f" its fair share ({format_gpu(leaf.fair_share[GPU])}) and its quota"
-        f" ({format_gpu(leaf.spec.quota.gpu_milli)}), so it waits for GPUs to free up",
+        f" ({format_gpu(leaf.spec.quota.gpu_milli)}), so it waits for GPUs to free up"
     )
 
 
@@ -245,26 +323,31 @@ def preempt(ctx: CycleContext) -> None:
     for work in _pending_in_order(ctx):
         if budget <= 0:
             return
-        gang, extras = ctx.tasks_to_start(work)
-        if not gang:
+        gang_size = ctx.gang_to_start(work)
+        if not gang_size:
             continue
         if by_project is None:
             by_project = _candidates_by_project(ctx)
         units, priorities = by_project.get(work.project, ([], []))
         cut = bisect.bisect_left(priorities, work.priority)
-        key = (work.project, work.priority, shape_key(work, len(gang)))
+        if cut == 0:
+            continue
+        key = (work.project, work.priority, pending_shape_key(ctx, work, gang_size))
         # Limits are checked once the victims are out (in `evict_to_place`): evicting the
         # project's own work lowers its holding, so a project at its limit may still preempt.
-        ask = ctx.ask(work, len(gang))
-        if cut == 0 or key in failed or ctx.quota_problem(work, ask) is not None:
+        if key in failed or ctx.quota_problem(work, ctx.ask(work, gang_size)) is not None:
             continue
         budget -= 1
+        gang, extras = ctx.tasks_to_start(work)
 
-        def justify(victim: WorkRecord, work: WorkRecord = work) -> str | None:
-            return (
-                f"priority {victim.priority} yields to {work.name} of priority"
-                f" {work.priority} in the same project"
-            )
+        def justify(victim: WorkRecord, work: WorkRecord = work) -> Reason | None:
+            def reason() -> str:
+                return (
+                    f"priority {victim.priority} yields to {work.name} of priority"
+                    f" {work.priority} in the same project"
+                )
+
+            return reason
 
         if evict_to_place(ctx, work, gang, units[:cut], justify, EvictionCause.PREEMPT):
             ctx.place_extras(work, extras)
@@ -276,7 +359,7 @@ def _candidates_by_project(ctx: CycleContext) -> dict[int, tuple[list[VictimUnit
     """Per project: its victim units in victim order, and their priorities (ascending)."""
     session = ctx.session
     units: dict[int, list[VictimUnit]] = {}
-    for work in session.works:
+    for work in session.running_at_start:
         if can_be_victim(session, work):
             units.setdefault(work.project, []).extend(victim_units(work))
     result: dict[int, tuple[list[VictimUnit], list[int]]] = {}

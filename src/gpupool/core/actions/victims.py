@@ -15,8 +15,14 @@ from dataclasses import dataclass
 
 from gpupool.core.context import CycleContext
 from gpupool.core.decisions import Evict, EvictionCause
-from gpupool.core.model import MILLI_PER_GPU
+from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Workload
 from gpupool.core.session import Session, Statement, TaskAlloc, WorkRecord, WorkState
+
+# Enum members as module globals: reading one from its class costs ten times as much in
+# Python 3.11, and the loops here read them per workload.
+_WHOLE = GpuRequestKind.WHOLE
+_EVICTED = WorkState.EVICTED
+_RUNNING = WorkState.RUNNING
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,9 +37,12 @@ def victim_units(work: WorkRecord) -> list[VictimUnit]:
     """A running workload's units: elastic surplus tasks (highest index first), then the rest."""
     spec = work.spec
     started = spec.started_at_s if spec.started_at_s is not None else 0
+    gang = spec.tasks if spec.min_available is None else spec.min_available
+    if gang >= 0 and len(work.allocs) <= gang:
+        return [VictimUnit(work, (), (work.priority, -started, -spec.submit_seq, 0))]
     base = (work.priority, -started, -spec.submit_seq)
     placed = sorted(work.allocs)
-    surplus = placed[spec.gang_size :]
+    surplus = placed[gang:]
     units = [
         VictimUnit(work, (task,), (*base, position))
         for position, task in enumerate(reversed(surplus))
@@ -42,13 +51,23 @@ def victim_units(work: WorkRecord) -> list[VictimUnit]:
     return units
 
 
-def can_be_victim(session: Session, work: WorkRecord) -> bool:
-    """Preemptible, running since before this cycle, and past its min runtime (G7)."""
+def victim_order(work: WorkRecord) -> tuple[int, int, int, int]:
+    """`victim_units(work)[-1].order`: where the rest of the workload, whole, comes."""
     spec = work.spec
-    if not work.preemptible or work.state is not WorkState.RUNNING:
+    started = spec.started_at_s if spec.started_at_s is not None else 0
+    gang = spec.tasks if spec.min_available is None else spec.min_available
+    surplus = len(work.allocs) - gang if gang >= 0 else len(range(len(work.allocs))[gang:])
+    return (work.priority, -started, -spec.submit_seq, max(surplus, 0))
+
+
+def can_be_victim(session: Session, work: WorkRecord) -> bool:
+    """Preemptible, running since before this cycle, and past its min runtime (G7). Only
+    works in `session.running_at_start` can be."""
+    if work.state is not _RUNNING or not work.preemptible:
         return False
     if work.started_this_cycle or not work.allocs:
         return False
+    spec = work.spec
     min_runtime = spec.min_runtime_s
     if min_runtime is None:
         min_runtime = session.projects[work.project].spec.min_runtime_s
@@ -60,15 +79,19 @@ def can_be_victim(session: Session, work: WorkRecord) -> bool:
 _EXAMINE_FACTOR = 8
 """Candidates looked at per attempt, as a multiple of the victim bound: keeps a scan bounded."""
 
-Justify = Callable[[WorkRecord], str | None]
-"""Returns why evicting this victim's unit is allowed now, or None if it is not."""
+Reason = Callable[[], str]
+"""Says why in words; called only for the victims that are finally evicted (most candidates
+of an attempt are put back, and their reasons would be formatted for nothing)."""
+Justify = Callable[[WorkRecord], Reason | None]
+"""Returns why evicting this victim's unit is allowed now, or None if it is not. What the
+reason says is fixed when `justify` is called."""
 
 
 @dataclass(slots=True)
 class _Evicted:
     unit: VictimUnit
     allocs: list[TaskAlloc]
-    reason: str
+    reason: Reason
 
 
 def evict_to_place(
@@ -90,22 +113,21 @@ def evict_to_place(
         if len(evicted) >= limit or examined > _EXAMINE_FACTOR * limit:
             break
         victim = unit.work
-        if victim.state is not WorkState.RUNNING:
+        if victim.state is not _RUNNING:
             continue
-        tasks = unit.task_indices or tuple(sorted(victim.allocs))
-        if any(t not in victim.allocs for t in tasks):
+        tasks = unit.task_indices
+        if not tasks:
+            tasks = tuple(sorted(victim.allocs))
+        elif any(t not in victim.allocs for t in tasks):
             continue
         reason = justify(victim)
         if reason is None:
             continue
         allocs = [statement.remove(victim, t) for t in tasks]
         if not victim.allocs:
-            victim.state = WorkState.EVICTED
+            victim.state = _EVICTED
         evicted.append(_Evicted(unit, allocs, reason))
-        attempt = Statement(session)
-        fits = _place_within_policy(ctx, attempt, work, gang)
-        attempt.rollback()
-        if fits:
+        if fits_now(ctx, work, gang):
             _restore_unneeded(ctx, statement, evicted, work, gang)
             _replay(statement, evicted, justify)
             final = Statement(session, parent=statement)
@@ -118,7 +140,7 @@ def evict_to_place(
             break
     statement.rollback()
     for item in evicted:
-        item.unit.work.state = WorkState.RUNNING
+        item.unit.work.state = _RUNNING
     return False
 
 
@@ -128,6 +150,38 @@ def _place_within_policy(
     """Place `gang` in `statement` and check the limits (and G3) with the victims out: a
     project at its limit may make room by evicting its own lower-priority work (G6)."""
     return ctx.place_tasks(statement, work, gang) and ctx.holds_within_policy(work)
+
+
+def fits_now(ctx: CycleContext, work: WorkRecord, gang: list[int]) -> bool:
+    """Whether `_place_within_policy` would succeed now; changes nothing.
+
+    When the capacity indexes show no room for even one task (`_room_for`), the placer would
+    fail on the first task without placing anything, so the answer is known without trying.
+    A tentative placement is not free of effects: taking it off again moves a node (device) to
+    the end of its bucket, which later placements see as their order among equals. So the
+    attempt is skipped only where it would place nothing, and the decisions stay the same.
+    """
+    if gang and not _room_for(ctx.session, work.spec):
+        return False
+    attempt = Statement(ctx.session)
+    fits = _place_within_policy(ctx, attempt, work, gang)
+    attempt.rollback()
+    return fits
+
+
+def _room_for(session: Session, spec: Workload) -> bool:
+    """False only where the placer would certainly find no place for one task of `spec`: no
+    node has enough empty devices, and for a shared request no shared device has enough free
+    either (nodes' selectors, taints, CPU, memory and pinned devices only take room away)."""
+    buckets = session.nodes_by_empty
+    request = spec.gpu
+    if request.kind is _WHOLE:
+        needed = max(request.amount, 0)
+        return any(buckets[count] for count in range(needed, len(buckets)))
+    if any(buckets[count] for count in range(1, len(buckets))):
+        return True
+    keys = session.shared_free_keys
+    return bool(keys) and keys[-1] >= request.milli_on(session.max_device_memory_mib)
 
 
 def _restore_unneeded(
@@ -148,7 +202,7 @@ def _restore_unneeded(
     session = statement.session
     for item in reversed(evicted):
         victim = item.unit.work
-        if item.unit.task_indices and victim.state is WorkState.EVICTED:
+        if item.unit.task_indices and victim.state is _EVICTED:
             continue
         restored: list[TaskAlloc] = []
         for alloc in item.allocs:
@@ -156,13 +210,9 @@ def _restore_unneeded(
                 break
             statement.place(victim, alloc)
             restored.append(alloc)
-        trial = Statement(session)
-        still_fits = len(restored) == len(item.allocs) and _place_within_policy(
-            ctx, trial, work, gang
-        )
-        trial.rollback()
+        still_fits = len(restored) == len(item.allocs) and fits_now(ctx, work, gang)
         if still_fits:
-            victim.state = WorkState.RUNNING
+            victim.state = _RUNNING
             item.allocs.clear()
         else:
             for alloc in restored:
@@ -175,14 +225,14 @@ def _replay(statement: Statement, evicted: list[_Evicted], justify: Justify) -> 
     held just before that eviction (a victim put back no longer counts). Each still holds:
     with fewer victims out, every project holds at least what it held when it was checked."""
     for item in evicted:
-        item.unit.work.state = WorkState.RUNNING
+        item.unit.work.state = _RUNNING
     statement.rollback()
     for item in evicted:
         victim = item.unit.work
         item.reason = justify(victim) or item.reason
         item.allocs = [statement.remove(victim, alloc.task_index) for alloc in item.allocs]
         if not victim.allocs:
-            victim.state = WorkState.EVICTED
+            victim.state = _EVICTED
 
 
 def fits_back(session: Session, work: WorkRecord, alloc: TaskAlloc) -> bool:
@@ -212,19 +262,20 @@ def _record(
         by_victim.setdefault(item.unit.work.index, []).append(item)
     for items in by_victim.values():
         victim = items[0].unit.work
-        whole = victim.state is WorkState.EVICTED
+        whole = victim.state is _EVICTED
+        reason = items[0].reason()
         tasks = () if whole else tuple(sorted(a.task_index for i in items for a in i.allocs))
         ctx.evictions.append(
             Evict(
                 workload=victim.name,
                 cause=cause,
-                reason=items[0].reason,
+                reason=reason,
                 task_indices=tasks,
                 for_workload=work.name,
             )
         )
         if whole:
-            ctx.reasons[victim.index] = f"evicted for {work.name}: {items[0].reason}"
+            ctx.reasons[victim.index] = f"evicted for {work.name}: {reason}"
     verb = "reclaimed" if cause is EvictionCause.RECLAIM else "preempted"
     names = ", ".join(ctx.session.works[i].name for i in by_victim)
     ctx.mark_started(work, f"starts on GPUs {verb} from {names}")
