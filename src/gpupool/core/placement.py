@@ -73,6 +73,35 @@ class _RotatingPick:
 NodeSelector = tuple[tuple[str, tuple[str, ...]], ...]
 
 
+class _Offer:
+    """Counts the candidates offered to the policy: at most `limit` of each GPU model, and
+    enough once every model the workload may use has its `limit` (on a cluster of one model,
+    simply `limit`). Per model, because a fragmentation-aware policy decides between models
+    (which nodes to keep free for work that needs a scarce one) only if it sees them."""
+
+    __slots__ = ("_counts", "_left", "_limit", "_model_of")
+
+    def __init__(self, limit: int, models: int, model_of: list[int]) -> None:
+        self._limit = limit
+        self._left = models
+        self._model_of = model_of
+        self._counts: dict[int, int] = {}
+
+    def take(self, node: int) -> bool:
+        model = self._model_of[node]
+        count = self._counts.get(model, 0)
+        if count >= self._limit:
+            return False
+        self._counts[model] = count + 1
+        if count + 1 == self._limit:
+            self._left -= 1
+        return True
+
+    @property
+    def full(self) -> bool:
+        return self._left <= 0
+
+
 class Placer:
     """Finds task placements in a session. One per cycle; holds per-cycle caches only.
 
@@ -100,6 +129,9 @@ class Placer:
         self._pins: dict[int, list[tuple[WorkRecord, int, int]]] = {}
         self._pin_burst_devices()
         self._shapes: dict[tuple[int, int, int, int, GpuRequestKind], PodShape] = {}
+        models: dict[str | None, int] = {}
+        self._model_of = [models.setdefault(n.gpu_model, len(models)) for n in session.nodes]
+        self._models_allowed: dict[frozenset[int] | None, int] = {None: len(models)}
         self.capacity = SessionCapacity(session, self._pinned_now)
         self._pick = _RotatingPick(session.snapshot.now_s)
         self.policy = create_policy(
@@ -255,8 +287,9 @@ class Placer:
         if request.kind is GpuRequestKind.WHOLE:
             if request.amount > self.session.max_gpus_per_node:
                 return None
-            limit = 1 if policy.whole_in_offered_order else None
-            candidates = self._whole_candidates(workload, excluded, request.amount, limit)
+            candidates = self._whole_candidates(
+                workload, excluded, request.amount, policy.whole_in_offered_order
+            )
         else:
             if (
                 max_milli is not None
@@ -268,7 +301,11 @@ class Placer:
         if not candidates:
             return None
         view = self.capacity
-        if policy.random_ties and len(candidates) > 1:
+        # Ties go to the lowest-numbered node: a fixed priority, so equal scores keep filling the
+        # same nodes (as the FGD artifact's ties do; worth 2 points on gpuspec10 for `default`),
+        # except for a policy that chooses at random, whose ties follow a rotated candidate list.
+        rotate = policy.random_ties
+        if rotate and len(candidates) > 1:
             first = self._pick(len(candidates))
             candidates = candidates[first:] + candidates[:first]
         fixed = None if request.kind is GpuRequestKind.MEMORY else self._shape(workload, 0)
@@ -277,7 +314,11 @@ class Placer:
             # the candidates fit (devices, CPU, memory, selector): only the score is asked for
             shape = fixed or self._shape(workload, node)
             scored = policy.score(view, node, shape)
-            if scored is None or (best is not None and scored[0] >= best[0]):
+            if scored is None:
+                continue
+            if best is not None and (
+                scored[0] > best[0] or (scored[0] == best[0] and (rotate or node > best[1]))
+            ):
                 continue
             if request.is_shared and not self._memory_fits(workload, node, scored[1]):
                 continue
@@ -326,13 +367,22 @@ class Placer:
         for count in buckets:
             yield from s.nodes_by_empty[count]
 
+    def _offer(self, allowed: frozenset[int] | None) -> _Offer:
+        models = self._models_allowed.get(allowed)
+        if models is None:
+            assert allowed is not None
+            models = self._models_allowed[allowed] = len({self._model_of[n] for n in allowed})
+        limit = self.session.settings.placement_candidates
+        return _Offer(limit, models, self._model_of)
+
     def _whole_candidates(
-        self, workload: Workload, excluded: int | None, needed: int, limit: int | None = None
+        self, workload: Workload, excluded: int | None, needed: int, first_only: bool = False
     ) -> list[int]:
+        """Nodes with `needed` empty devices the task may use, in the policy's order; the first
+        only, or `placement_candidates` of each GPU model."""
         allowed = self._allowed(workload)
         pins = self._pins
-        if limit is None:
-            limit = self.session.settings.placement_candidates
+        offer = self._offer(allowed)
         found: list[int] = []
         for node in self._nodes_with_empty(needed):
             if not self._node_fits(node, workload, allowed, excluded):
@@ -342,23 +392,26 @@ class Placer:
                 pinned = self._pinned(node)
                 if sum(1 for d in range(len(used)) if used[d] == 0 and d not in pinned) < needed:
                     continue
-            found.append(node)
-            if len(found) >= limit:
-                break
+            if first_only:
+                return [node]
+            if offer.take(node):
+                found.append(node)
+                if offer.full:
+                    break
         return found
 
     def _shared_candidates(
         self, workload: Workload, excluded: int | None, max_milli: int | None
     ) -> list[int]:
         """Nodes with an already shared device the task fits on (tightest first), then nodes
-        with an empty device; at most `placement_candidates` of each."""
+        with an empty device; at most `placement_candidates` of each kind and GPU model."""
         s = self.session
         request = workload.gpu
         allowed = self._allowed(workload)
-        limit = s.settings.placement_candidates
         smallest = request.milli_on(s.max_device_memory_mib)
         found: dict[int, None] = {}
         keys = s.shared_free_keys
+        offer = self._offer(allowed)
         for free in keys[bisect.bisect_left(keys, smallest) :]:
             for node, _device in s.shared_by_free[free]:
                 if node in found or not self._node_fits(node, workload, allowed, excluded):
@@ -366,12 +419,13 @@ class Placer:
                 milli = request.milli_on(s.nodes[node].gpu_memory_mib)
                 if milli > free or (max_milli is not None and milli > max_milli):
                     continue
-                found[node] = None
-                if len(found) >= limit:
-                    break
-            if len(found) >= limit:
+                if offer.take(node):
+                    found[node] = None
+                    if offer.full:
+                        break
+            if offer.full:
                 break
-        shared = len(found)
+        offer = self._offer(allowed)
         pins = self._pins
         for node in self._nodes_with_empty(1):
             if node in found or not self._node_fits(node, workload, allowed, excluded):
@@ -383,9 +437,10 @@ class Placer:
                     continue
             if max_milli is not None and request.milli_on(s.nodes[node].gpu_memory_mib) > max_milli:
                 continue
-            found[node] = None
-            if len(found) - shared >= limit:
-                break
+            if offer.take(node):
+                found[node] = None
+                if offer.full:
+                    break
         return list(found)
 
     # --- what the pending reason can say --------------------------------------------------
