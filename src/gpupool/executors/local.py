@@ -201,6 +201,20 @@ class LocalExecutor:
         except FileNotFoundError:
             return b"", ended
 
+    def log_size(self, launch_id: str) -> tuple[int, bool]:
+        # `ended` is set, and the "task ended" line written, under the lock once every process
+        # of the task's group is gone: read it first, and the size after it is final.
+        with self._lock:
+            run = self._runs.get(launch_id)
+            if run is None:
+                return 0, False
+            ended = run.ended is not None
+            path = run.log_path
+        try:
+            return path.stat().st_size, ended
+        except FileNotFoundError:
+            return 0, ended
+
     def close(self) -> None:
         """Leave running tasks alone (a restarted server adopts them); `stop_all` ends them."""
         with self._lock:
