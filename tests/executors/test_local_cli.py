@@ -196,6 +196,11 @@ def test_founding_story_preempted_jobs_checkpoint_and_resume(cli: Cli) -> None:
         assert 0 < resumed_at <= stopped_at
         assert "task 0 started again (run 2)" in log
         assert "done: step 400" in log
+        first = cli.run("logs", name, "--project", "bob", "--run", "1").stdout
+        again = cli.run("logs", name, "--project", "bob", "--run", "2").stdout
+        assert "checkpointed at step" in first and "done: step 400" not in first
+        assert "resumed from checkpoint" in again and "started again" not in again
+        assert log == f"{first}--- gpupool: task 0 started again (run 2) ---\n{again}"
     # No preempted job came back while Patty held her quota (later, a GPU may also come free
     # from one of Bob's own jobs finishing).
     patty_finished = sorted(
