@@ -196,6 +196,11 @@ def test_founding_story_preempted_jobs_checkpoint_and_resume(cli: Cli) -> None:
         assert 0 < resumed_at <= stopped_at
         assert "task 0 started again (run 2)" in log
         assert "done: step 400" in log
+        first = cli.run("logs", name, "--project", "bob", "--run", "1").stdout
+        again = cli.run("logs", name, "--project", "bob", "--run", "2").stdout
+        assert "checkpointed at step" in first and "done: step 400" not in first
+        assert "resumed from checkpoint" in again and "started again" not in again
+        assert log == f"{first}--- gpupool: task 0 started again (run 2) ---\n{again}"
     # No preempted job came back while Patty held her quota (later, a GPU may also come free
     # from one of Bob's own jobs finishing).
     patty_finished = sorted(
@@ -238,3 +243,110 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+RENDEZVOUS = """
+import os, socket
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+assert (os.environ["GPUPOOL_RANK"], os.environ["GPUPOOL_WORLD_SIZE"]) == (str(rank), str(world))
+assert (os.environ["GPUPOOL_MASTER_ADDR"], os.environ["GPUPOOL_MASTER_PORT"]) == (addr, str(port))
+print(f"rank {rank} of {world} local_rank {os.environ['LOCAL_RANK']} at {addr}:{port}", flush=True)
+if rank == 0:
+    server = socket.create_server((addr, port))
+    peer, _ = server.accept()
+    message = peer.makefile().readline().strip()
+    peer.sendall(b"hello from rank 0\\n")
+else:
+    while True:  # rank 0 may not listen yet
+        try:
+            peer = socket.create_connection((addr, port), timeout=60)
+            break
+        except ConnectionRefusedError:
+            import time; time.sleep(0.05)
+    peer.sendall(b"hello from rank 1\\n")
+    message = peer.makefile().readline().strip()
+print(f"rank {rank} got: {message}", flush=True)
+"""
+
+
+def test_a_gang_meets_through_master_addr_and_port(cli: Cli) -> None:
+    script = cli.tmp / "meet.py"
+    script.write_text(RENDEZVOUS)
+    cli.run("submit", "meet", "--tasks", "2", "--gpu", "1", "--", sys.executable, str(script))
+    wait_for(lambda: cli.status("meet") in ("completed", "failed"), timeout_s=60)
+    logs = cli.run("logs", "meet", "--all-tasks").stdout
+    assert cli.status("meet") == "completed", logs
+    assert "[0] rank 0 got: hello from rank 1" in logs
+    assert "[1] rank 1 got: hello from rank 0" in logs
+    ports = {line.rsplit(":", 1)[1] for line in logs.splitlines() if " at 127.0.0.1:" in line}
+    assert len(ports) == 1, logs
+    assert "[0] rank 0 of 2 local_rank 0" in logs and "[1] rank 1 of 2 local_rank 0" in logs
+
+
+def test_the_torch_distributed_example_runs_as_a_gang(cli: Cli) -> None:
+    try:
+        import torch.distributed  # noqa: F401
+    except ImportError as error:
+        pytest.skip(f"torch is not installed here ({error}); the example needs it")
+    example = Path(__file__).parents[2] / "examples" / "ddp_gloo.py"
+    cli.run("submit", "ddp", "--tasks", "2", "--gpu", "1", "--", sys.executable, str(example))
+    wait_for(lambda: cli.status("ddp") in ("completed", "failed"), timeout_s=120)
+    logs = cli.run("logs", "ddp", "--all-tasks").stdout
+    assert cli.status("ddp") == "completed", logs
+    assert "[0] rank 0/2: all_reduce sum = 3.0" in logs
+    assert "weights identical across ranks: True" in logs
+    assert "[1] rank 1/2: all_reduce sum = 3.0" in logs
+
+
+BIG_LOG = """
+import os, sys
+for i in range(30_000):  # 3 MB: three pages of the API; é is two bytes, cut at some page ends
+    print(f"line {i:06d} " + "é" * 44)
+print("waiting for go", flush=True)
+while not os.path.exists("go"):
+    import time; time.sleep(0.02)
+for i in range(2_000):  # written right before the task exits, in one buffered burst
+    sys.stdout.write(f"late {i:04d}\\n")
+sys.stdout.write("the last line\\n")
+"""
+
+
+def test_logs_page_past_1_mib_tail_and_follow_to_the_last_line(cli: Cli) -> None:
+    (cli.tmp / "big.py").write_text(BIG_LOG)
+    cli.run("submit", "big", "--gpu", "1", "--", sys.executable, "-u", str(cli.tmp / "big.py"))
+    followed = cli.tmp / "followed.txt"
+    with followed.open("w") as out:
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "gpupool", "logs", "big", "-f"],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli.env,
+            cwd=cli.tmp,
+        )
+        try:
+            with cli._client() as client:
+                wait_for(
+                    lambda: "waiting for go" in client.logs("default", "big", tail=1).text,
+                    timeout_s=60,
+                )
+            tail = cli.run("logs", "big", "--tail", "2").stdout
+            assert tail == f"line 029999 {'é' * 44}\nwaiting for go\n"
+            (cli.tmp / "go").touch()
+            assert follower.wait(timeout=60) == 0, follower.stderr
+        finally:
+            follower.kill()
+    text = followed.read_text()
+    lines = text.splitlines()
+    assert len(text.encode()) > 2 << 20 and "\ufffd" not in text
+    assert lines[0] == f"line 000000 {'é' * 44}" and lines[29_999].startswith("line 029999")
+    assert lines[-3:] == ["late 1999", "the last line", "gpupool: task ended: completed"]
+    assert len(lines) == 30_000 + 1 + 2_000 + 2
+    assert cli.run("logs", "big").stdout == text
+    assert cli.run("logs", "big", "--run", "1").stdout == text
+    assert cli.run("logs", "big", "--since", "1h").stdout == text
+    assert cli.run("logs", "big", "--since", "0s").stdout == ""  # its one run ended before
+    assert cli.run("logs", "big", "--tail", "1", "-f").stdout == "gpupool: task ended: completed\n"
+    missing = cli.run("logs", "big", "--run", "2", check=False)
+    assert missing.returncode != 0 and "task 0 has runs 1..1" in missing.stderr

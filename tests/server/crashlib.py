@@ -366,6 +366,9 @@ class CrashingExecutor:
     def read_log(self, launch_id: str, offset: int, limit: int) -> tuple[bytes, bool]:
         return self.inner.read_log(launch_id, offset, limit)
 
+    def log_size(self, launch_id: str) -> tuple[int, bool]:
+        return self.inner.log_size(launch_id)
+
     def close(self) -> None:
         self.inner.close()
 

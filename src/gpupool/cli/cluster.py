@@ -543,23 +543,94 @@ def describe(
 def logs(
     name: WorkloadName,
     project: ProjectOption = None,
-    task: Annotated[int, typer.Option(min=0, help="Task index.")] = 0,
+    task: Annotated[int, typer.Option(min=0, help="Task index (of a gang).")] = 0,
+    all_tasks: Annotated[
+        bool,
+        typer.Option("--all-tasks", help="Every task of a gang, each line prefixed with [N]."),
+    ] = False,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing until the task ends.")
     ] = False,
+    tail: Annotated[
+        int | None,
+        typer.Option(min=0, metavar="N", help="Only the last N lines (then follow with -f)."),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DURATION",
+            help="Only runs still running DURATION ago (10m, 2h). Lines carry no times: a "
+            "run is shown whole or not at all.",
+        ),
+    ] = None,
+    run: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            metavar="N",
+            help="Only run N (1 = the first start; a preempted task runs again).",
+        ),
+    ] = None,
 ) -> None:
-    """Print a task's log; with -f, follow it until the task ends (Ctrl-C stops)."""
+    """Print a task's log, every run of it in order; with -f, follow it until the task ends
+    (Ctrl-C stops). A log of any size is read in 1 MiB pages."""
     chosen = resolve_project(project)
-    offset = 0
+    since_at = None
+    if since is not None:
+        from gpupool.cli.usage import parse_duration_s
+
+        try:
+            since_at = time.time() - parse_duration_s(since)
+        except ValueError as error:
+            fail(str(error))
     with connect() as client:
-        while True:
-            chunk = client.logs(chosen, name, task, offset)
-            typer.echo(chunk.text, nl=False)
-            offset = chunk.next_offset
-            if chunk.complete or (not chunk.text and not follow):
-                break
-            if not chunk.text:
+        count = client.describe(chosen, name).tasks if all_tasks else 0
+        readers = [_LogReader(i, f"[{i}] ") for i in range(count)] if all_tasks else []
+        readers = readers or [_LogReader(task, "")]
+        while readers:
+            progressed = False
+            for reader in list(readers):
+                chunk = client.logs(
+                    chosen,
+                    name,
+                    reader.task,
+                    reader.offset or 0,
+                    run=run,
+                    since=since_at,
+                    tail=tail if reader.offset is None else None,
+                )
+                reader.offset = chunk.next_offset
+                reader.show(chunk.text)
+                progressed = progressed or bool(chunk.text)
+                if chunk.complete or (not chunk.text and not follow):
+                    reader.show_rest()
+                    readers.remove(reader)
+            if readers and not progressed:
                 time.sleep(LOG_POLL_INTERVAL_S)
+
+
+class _LogReader:
+    """Where `gpupool logs` is in one task's log, and the start of a line it has not ended."""
+
+    def __init__(self, task: int, prefix: str) -> None:
+        self.task = task
+        self.prefix = prefix
+        self.offset: int | None = None
+        """None before the first read (which `--tail` places)."""
+        self._partial = ""
+
+    def show(self, text: str) -> None:
+        if not self.prefix:
+            typer.echo(text, nl=False)
+            return
+        *lines, self._partial = (self._partial + text).split("\n")
+        for line in lines:
+            typer.echo(self.prefix + line)
+
+    def show_rest(self) -> None:
+        if self._partial:
+            typer.echo(self.prefix + self._partial)
+            self._partial = ""
 
 
 WorkloadAction = Callable[[GpupoolClient, str, str], WorkloadOut]

@@ -38,15 +38,20 @@ class UsageBy(enum.StrEnum):
     WORKLOAD = "workload"
 
 
-def parse_since(text: str) -> int:
-    """`90m`, `36h`, `2d`, `1w` -> seconds; ValueError with the fix otherwise."""
+def parse_duration_s(text: str, option: str = "--since") -> float:
+    """`30s`, `90m`, `36h`, `2d`, `1w` -> seconds; ValueError with the fix otherwise."""
     match = _DURATION.match(text)
     if not match:
         raise ValueError(
-            f"--since {text!r} is not a duration: write a number and a unit (s, m, h, d, w), "
+            f"{option} {text!r} is not a duration: write a number and a unit (s, m, h, d, w), "
             "like 1h, 90m, 24h, 7d or 30d"
         )
-    seconds = round(float(match[1]) * _UNIT_S[match[2]])
+    return float(match[1]) * _UNIT_S[match[2]]
+
+
+def parse_since(text: str) -> int:
+    """`90m`, `36h`, `2d`, `1w` -> seconds; ValueError with the fix otherwise."""
+    seconds = round(parse_duration_s(text))
     if seconds < 60:
         raise ValueError(f"--since {text!r} is too short: the history has one point a minute")
     return seconds

@@ -339,9 +339,24 @@ class GpupoolClient:
         """Ask the workload to stop; it answers `deleting` and goes away once its tasks stopped."""
         return self._one(WorkloadOut, self._request("DELETE", _workload_path(project, name)))
 
-    def logs(self, project: str, name: str, task: int = 0, offset: int = 0) -> LogChunk:
-        """The log of task `task` from byte `offset`; `next_offset` continues it."""
+    def logs(
+        self,
+        project: str,
+        name: str,
+        task: int = 0,
+        offset: int = 0,
+        *,
+        run: int | None = None,
+        since: float | None = None,
+        tail: int | None = None,
+    ) -> LogChunk:
+        """Up to 1 MiB of the log of task `task` from byte `offset`; `next_offset` continues it.
+        `run`: only that run (1 = the first start); `since` (seconds since epoch): only runs
+        still running then; `tail`: start at the last `tail` lines instead of `offset`."""
         params: Params = {"task": task, "offset": offset}
+        for key, value in (("run", run), ("since", since), ("tail", tail)):
+            if value is not None:
+                params[key] = value
         return self._get(LogChunk, f"{_workload_path(project, name)}/logs", params)
 
     # -- users ------------------------------------------------------------------------------

@@ -188,6 +188,11 @@ class Executor(Protocol):
         """Up to `limit` bytes of the launch's log from `offset`, and whether it has ended."""
         ...
 
+    def log_size(self, launch_id: str) -> tuple[int, bool]:
+        """The length of the launch's log now, and whether it had ended before it was measured
+        (then the length is final: everything the task wrote is in it)."""
+        ...
+
     def usage_samples(self) -> Sequence[UsageSample]:
         """Device samples taken since the last call (the executor samples every few seconds)."""
         ...

@@ -93,6 +93,8 @@ class _Run:
     ended: Exit | None = None
     acknowledged: bool = False
     log_path: Path = field(default_factory=Path)
+    master_port: int | None = None
+    """A gang's rendezvous port: chosen free when its first live task starts, shared by all."""
 
 
 class LocalExecutor:
@@ -146,8 +148,13 @@ class LocalExecutor:
                 if launch.launch_id in self._runs:
                     continue
                 now = self._clock.now_s()
-                self._append({"op": "start", "at": now, "launch": launch.to_json()})
+                port = self._master_port(launch)
+                record = {"op": "start", "at": now, "launch": launch.to_json()}
+                if port is not None:
+                    record["master_port"] = port
+                self._append(record)
                 run = _Run(launch, now, log_path=self.logs_dir / f"{launch.launch_id}.log")
+                run.master_port = port
                 self._runs[launch.launch_id] = run
                 self._spawn(run)
 
@@ -201,6 +208,20 @@ class LocalExecutor:
         except FileNotFoundError:
             return b"", ended
 
+    def log_size(self, launch_id: str) -> tuple[int, bool]:
+        # `ended` is set, and the "task ended" line written, under the lock once every process
+        # of the task's group is gone: read it first, and the size after it is final.
+        with self._lock:
+            run = self._runs.get(launch_id)
+            if run is None:
+                return 0, False
+            ended = run.ended is not None
+            path = run.log_path
+        try:
+            return path.stat().st_size, ended
+        except FileNotFoundError:
+            return 0, ended
+
     def close(self) -> None:
         """Leave running tasks alone (a restarted server adopts them); `stop_all` ends them."""
         with self._lock:
@@ -246,6 +267,23 @@ class LocalExecutor:
 
     # -- internals ------------------------------------------------------------------------------
 
+    def _master_port(self, launch: Launch) -> int | None:
+        """The gang's port: that of a live task of the same workload, else a free one (a gang
+        started again after a preemption gets a new one, as its old tasks are gone)."""
+        if launch.world_size <= 1:
+            return None
+        for run in self._runs.values():
+            other = run.launch
+            if (
+                run.ended is None
+                and run.master_port is not None
+                and (other.project, other.workload) == (launch.project, launch.workload)
+            ):
+                return run.master_port
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+
     def _spawn(self, run: _Run) -> None:
         launch = run.launch
         checkpoint_dir = self.checkpoints_dir / launch.project / launch.workload
@@ -257,6 +295,7 @@ class LocalExecutor:
             checkpoint_dir=checkpoint_dir,
             mps_active=self._gpus.mps_active(),
             fake_gpu_report_dir=report_dir,
+            master_port=run.master_port,
         )
         command = list(launch.command) or ["sh", "-c", "echo 'gpupool: no command given' >&2"]
         # -I: the shim ignores the task's PYTHONPATH (and any sitecustomize on it).
@@ -449,7 +488,10 @@ class LocalExecutor:
             if op == "start":
                 launch = Launch.from_json(record["launch"])
                 self._runs[launch.launch_id] = _Run(
-                    launch, record["at"], log_path=self.logs_dir / f"{launch.launch_id}.log"
+                    launch,
+                    record["at"],
+                    log_path=self.logs_dir / f"{launch.launch_id}.log",
+                    master_port=record.get("master_port"),
                 )
                 continue
             run = self._runs[record["id"]]

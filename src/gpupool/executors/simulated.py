@@ -188,6 +188,14 @@ class SimulatedExecutor:
             data = "".join(run.log).encode()
             return data[offset : offset + limit], run.ended is not None
 
+    def log_size(self, launch_id: str) -> tuple[int, bool]:
+        with self._lock:
+            self._finish_due()
+            run = self._runs.get(launch_id)
+            if run is None:
+                return 0, False
+            return len("".join(run.log).encode()), run.ended is not None
+
     def usage_samples(self) -> Sequence[UsageSample]:
         """Every device, from the model in the module's docstring; none between two samplings
         less than `sample_interval_s` apart."""

@@ -27,6 +27,26 @@ def task_identity(launch: Launch) -> dict[str, str]:
     }
 
 
+def gang_rendezvous(launch: Launch, master_addr: str, master_port: int) -> dict[str, str]:
+    """What a task of a gang (`world_size` > 1) needs to meet the others, under the names
+    `torch.distributed` (`env://`) reads and under `GPUPOOL_*` names. `LOCAL_RANK` is 0: each
+    task sees only its own devices (`CUDA_VISIBLE_DEVICES`), so its first device is `cuda:0`."""
+    if launch.world_size <= 1:
+        return {}
+    values = {
+        "RANK": str(launch.task_index),
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": str(launch.world_size),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+    }
+    values.update({f"GPUPOOL_{key}": values[key] for key in _GANG_GPUPOOL_NAMES})
+    return values
+
+
+_GANG_GPUPOOL_NAMES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
 def fraction_hints(fraction: float) -> dict[str, str]:
     """Framework settings that keep a task on part of a device within its part."""
     return {
@@ -42,6 +62,7 @@ def task_environment(
     checkpoint_dir: Path,
     mps_active: bool = False,
     fake_gpu_report_dir: Path | None = None,
+    master_port: int | None = None,
 ) -> dict[str, str]:
     """`base` (the server's environment) + the workload's own variables + gpupool's, which win.
 
@@ -49,6 +70,9 @@ def task_environment(
       (`CUDA_DEVICE_ORDER=PCI_BUS_ID`); a fractional task sees its one shared device.
     - `GPUPOOL_*`: workload, project, task index, launch id, fraction, memory limit in MiB,
       checkpoint directory, grace period.
+    - A gang's task (`world_size` > 1, with `master_port`): `RANK`, `LOCAL_RANK`, `WORLD_SIZE`,
+      `MASTER_ADDR` (127.0.0.1: every task runs on this machine), `MASTER_PORT`, and the same
+      as `GPUPOOL_RANK`, `GPUPOOL_WORLD_SIZE`, `GPUPOOL_MASTER_ADDR`, `GPUPOOL_MASTER_PORT`.
     - For a fraction: JAX without preallocation and with `XLA_PYTHON_CLIENT_MEM_FRACTION`,
       TensorFlow with memory growth, a PyTorch start-up hook that applies
       `set_per_process_memory_fraction`, and with an MPS daemon, its per-client limits.
@@ -66,6 +90,8 @@ def task_environment(
             "GPUPOOL_CHECKPOINT_DIR": str(checkpoint_dir),
         }
     )
+    if master_port is not None:
+        env.update(gang_rendezvous(launch, "127.0.0.1", master_port))
     if fake_gpu_report_dir is not None:
         env["GPUPOOL_FAKE_GPU_REPORT_DIR"] = str(fake_gpu_report_dir)
     if launch.gpu_milli < MILLI_PER_GPU:

@@ -167,6 +167,16 @@ class KubernetesExecutor:
             return message.encode()[:limit], False
         return data[offset : offset + limit], ended
 
+    def log_size(self, launch_id: str) -> tuple[int, bool]:
+        """The API server gives a pod's log whole (no length alone): this fetches it once more.
+        The kubelet keeps only the current file of a rotated container log
+        (`containerLogMaxSize`, 10 MiB by default), so a longer log starts later."""
+        with self._lock:
+            record = self._state.launches.get(launch_id)
+            ended = record is not None and record.ended is not None
+        data, _ = self.read_log(launch_id, 0, 1 << 62)
+        return len(data), ended
+
     def usage_samples(self) -> Sequence[UsageSample]:
         if self._utilization is None:
             return ()

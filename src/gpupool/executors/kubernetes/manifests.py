@@ -47,7 +47,7 @@ from gpupool.executors.kubernetes.objects import (
     task_pod_name,
 )
 from gpupool.executors.kubernetes.settings import KubeSettings, Toleration
-from gpupool.executors.taskenv import fraction_hints, task_identity
+from gpupool.executors.taskenv import fraction_hints, gang_rendezvous, task_identity
 
 _RESERVED_ENV = ("NVIDIA_", "CUDA_VISIBLE_DEVICES", "GPUPOOL_")
 
@@ -64,17 +64,8 @@ def task_environment(launch: Launch, settings: KubeSettings) -> list[EnvVar]:
         key: value for key, value in launch.env if not key.startswith(_RESERVED_ENV)
     }
     values.update(task_identity(launch))
-    if launch.world_size > 1:
-        values.update(
-            {
-                "RANK": str(launch.task_index),
-                "LOCAL_RANK": "0",
-                "WORLD_SIZE": str(launch.world_size),
-                "MASTER_ADDR": f"{task_hostname(launch.workload, 0)}."
-                f"{gang_service_name(launch.workload)}",
-                "MASTER_PORT": str(settings.master_port),
-            }
-        )
+    master_addr = f"{task_hostname(launch.workload, 0)}.{gang_service_name(launch.workload)}"
+    values.update(gang_rendezvous(launch, master_addr, settings.master_port))
     if launch.gpu_milli < MILLI_PER_GPU:
         values.update(fraction_hints(fraction))
     env = [EnvVar(name=key, value=value) for key, value in sorted(values.items())]

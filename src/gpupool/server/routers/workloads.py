@@ -18,6 +18,7 @@ from gpupool.api.schemas import (
     WorkloadStatus,
     WorkloadType,
 )
+from gpupool.executors.base import Executor
 from gpupool.server.db import TaskRow
 from gpupool.server.errors import ERROR_RESPONSES, not_found
 from gpupool.server.services import workload_list, workloads
@@ -95,32 +96,131 @@ def logs(
     caller: Caller,
     task: Annotated[int, Query(ge=0, le=10_000)] = 0,
     offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    run: Annotated[
+        int | None, Query(ge=1, le=10_000, description="only this run (1 = the first start)")
+    ] = None,
+    since: Annotated[
+        float | None,
+        Query(ge=0, description="only runs still running at this time (seconds since epoch)"),
+    ] = None,
+    tail: Annotated[
+        int | None,
+        Query(ge=0, le=10_000_000, description="start at the last `tail` lines (not `offset`)"),
+    ] = None,
 ) -> LogChunk:
-    """The task's log from byte `offset`: every run of it in order (a preempted task that ran
-    again shows both, separated by a line), so that a follower's offsets stay valid."""
+    """Up to 1 MiB of the task's log from byte `offset`; page on from `next_offset` (a log of
+    any size reads whole). Without `run`, every run of the task in order (a preempted task that
+    ran again shows both, separated by a line), so that a follower's offsets stay valid.
+    `complete` is true once the task (or the chosen run) has ended, the executor has the whole
+    log, and the chunk reaches its end: no more text will come."""
     with state.read() as session:
         row = workloads.get_row(session, project, name, caller)
         if task >= row.tasks:
             raise not_found("task", str(task), f"the workload has tasks 0..{row.tasks - 1}")
         launches = session.execute(
-            select(TaskRow.launch_id, TaskRow.state)
+            select(TaskRow.launch_id, TaskRow.state, TaskRow.finished_at)
             .where(TaskRow.workload_id == row.id, TaskRow.task_index == task)
             .order_by(TaskRow.id)
         ).all()
         finished = row.status in (WorkloadStatus.COMPLETED.value, WorkloadStatus.FAILED.value)
-    parts: list[bytes] = []
+    runs = list(enumerate(launches, start=1))
+    if run is not None:
+        if run > len(runs):
+            started = f"runs 1..{len(runs)}" if runs else "no run yet"
+            raise not_found("run", str(run), f"task {task} has {started}")
+        runs = [runs[run - 1]]
+    if since is not None:
+        runs = [r for r in runs if r[1].finished_at is None or r[1].finished_at >= since]
+    log = _TaskLog(state.executor)
     all_ended = True
-    for run, (launch_id, task_state) in enumerate(launches, start=1):
-        if run > 1:
-            parts.append(f"--- gpupool: task {task} started again (run {run}) ---\n".encode())
-        data, ended = state.executor.read_log(launch_id, 0, MAX_LOG_CHUNK)
-        parts.append(data)
+    for number, (launch_id, task_state, _) in runs:
+        if number > 1 and run is None:
+            log.add_text(f"--- gpupool: task {task} started again (run {number}) ---\n")
+        ended = log.add_run(launch_id)
         all_ended = all_ended and (ended or task_state == TaskState.DONE.value)
-    whole = b"".join(parts)
-    chunk = whole[offset : offset + MAX_LOG_CHUNK]
-    complete = finished and all_ended and offset + len(chunk) >= len(whole)
+    if tail is not None:
+        offset = log.tail_start(tail)
+    chunk = _whole_characters(log.read(offset, MAX_LOG_CHUNK), offset, log.size)
+    complete = (finished or run is not None) and all_ended and offset + len(chunk) >= log.size
     text = chunk.decode("utf-8", errors="replace")
     return LogChunk(text=text, next_offset=offset + len(chunk), complete=complete)
+
+
+class _TaskLog:
+    """The runs of a task's log (and the lines between them) as one byte sequence, read from
+    the executor a page at a time: only the sizes of the runs before `offset` are asked for."""
+
+    def __init__(self, executor: Executor) -> None:
+        self._executor = executor
+        self._parts: list[tuple[bytes | str, int]] = []
+        """(literal bytes, or a launch id; its length)."""
+        self.size = 0
+
+    def add_text(self, text: str) -> None:
+        data = text.encode()
+        self._parts.append((data, len(data)))
+        self.size += len(data)
+
+    def add_run(self, launch_id: str) -> bool:
+        size, ended = self._executor.log_size(launch_id)
+        self._parts.append((launch_id, size))
+        self.size += size
+        return ended
+
+    def read(self, offset: int, limit: int) -> bytes:
+        out: list[bytes] = []
+        start = 0
+        for part, size in self._parts:
+            if limit <= 0:
+                break
+            if offset < start + size:
+                within = offset - start if offset > start else 0
+                count = min(limit, size - within)
+                if isinstance(part, bytes):
+                    data = part[within : within + count]
+                else:
+                    data, _ = self._executor.read_log(part, within, count)
+                    data = data[:count]
+                out.append(data)
+                limit -= len(data)
+                offset = start + within + len(data)
+                if len(data) < count:
+                    break  # the log is shorter than measured (cannot be, but never skip bytes)
+            start += size
+        return b"".join(out)
+
+    def tail_start(self, lines: int) -> int:
+        """The offset of the last `lines` lines (a final newline does not start one)."""
+        if lines == 0:
+            return self.size
+        end = self.size
+        while end > 0:
+            begin = max(0, end - MAX_LOG_CHUNK)
+            page = self.read(begin, end - begin)
+            if end == self.size and page.endswith(b"\n"):
+                page = page[:-1]
+            at = len(page)
+            while lines:
+                at = page.rfind(b"\n", 0, at)
+                if at < 0:
+                    break
+                lines -= 1
+            if lines == 0:
+                return begin + at + 1
+            end = begin
+        return 0
+
+
+def _whole_characters(chunk: bytes, offset: int, size: int) -> bytes:
+    """`chunk` less a UTF-8 character cut at its end (the next chunk starts with it)."""
+    if offset + len(chunk) >= size:
+        return chunk
+    for back in range(1, min(4, len(chunk)) + 1):
+        byte = chunk[-back]
+        if byte & 0xC0 != 0x80:  # the last character's first byte
+            length = 1 if byte < 0x80 else 2 if byte >> 5 == 6 else 3 if byte >> 4 == 14 else 4
+            return chunk if length <= back else chunk[:-back]
+    return chunk
 
 
 @router.get("/events")
