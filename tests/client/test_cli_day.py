@@ -88,6 +88,8 @@ def test_version_and_completion(cli: Cli) -> None:
         (["--node-selector", "zone"], "--node-selector takes KEY=VALUE (got 'zone')"),
         (["--node-selector", "zone=a b"], "node_selector.zone.0:"),
         (["--env-file", "missing.env"], "cannot read the env file missing.env"),
+        (["--min-runtime", "soon"], "--min-runtime 'soon' is not a duration"),
+        (["--min-runtime", "40d"], "min_runtime_s: Input should be less than or equal to"),
     ],
 )
 def test_submit_refuses_bad_input_saying_how_to_fix(
@@ -180,7 +182,8 @@ def test_submit_from_a_file_with_the_command_line_on_top(
         tmp_path / "job.yaml",
         f"name: {unique('job')}\nproject: {project}\ngpu: 0.5\ntasks: 1\n"
         "command: [python, train.py]\nenv: {SEED: 0, MODE: fast}\nenv-file: job.env\n"
-        "node_selector: {zone: [eu-1, eu-2]}\nworking_dir: data\nduration: 60\n",
+        "node_selector: {zone: [eu-1, eu-2]}\nworking_dir: data\nduration: 60\n"
+        "min_runtime: 2h\n",
     )
     name = unique("job")
     result = admin(
@@ -193,6 +196,9 @@ def test_submit_from_a_file_with_the_command_line_on_top(
     assert out.env == {"SEED": "0", "MODE": "fast", "TOKEN": "a b", "LR": "0.2"}  # env: > env_file
     assert (out.cpu_milli, out.memory_mib) == (500, 16384)
     assert out.working_dir == str(tmp_path / "data")
+    assert out.min_runtime_s == 7200
+    shown = admin("describe", name, "-p", project)
+    assert "preemptible after 7200 s of running" in shown.stdout
     # node_selector is not in WorkloadOut: the scheduler's reason shows it
     wait_for(lambda: "zone" in (api.describe(project, name).pending_reason or ""), 10, "reason")
     admin("delete", name, "-p", project)
@@ -206,6 +212,16 @@ def test_working_dir_option_and_the_default(admin: Cli, api: GpupoolClient, tmp_
     assert json_out(given)["working_dir"] == str(tmp_path)
     default = admin("submit", second, "-p", project, "--gpu", "0.1", "--json", "--", "true")
     assert Path(json_out(default)["working_dir"]).is_absolute()
+    assert json_out(default)["min_runtime_s"] is None  # the project's
+
+
+def test_min_runtime_option_takes_seconds_or_a_duration(admin: Cli, api: GpupoolClient) -> None:
+    project = new_project(api)
+    for given, seconds in [("600", 600), ("10m", 600), ("1.5h", 5400)]:
+        name = unique("job")
+        submitted = admin("submit", name, "-p", project, "--gpu", "0.1", "--min-runtime", given,
+                          "--json", "--", "true")  # fmt: skip
+        assert json_out(submitted)["min_runtime_s"] == seconds
 
 
 def test_list_shows_exit_code_preemptions_and_formats(admin: Cli, api: GpupoolClient) -> None:
@@ -269,3 +285,15 @@ def test_admin_deletes_users_and_lists_and_revokes_tokens(admin: Cli, server: Li
     assert admin("user", "delete", user).exit_code == 3
     assert admin("token", "list", user).exit_code == 3
     assert admin("user", "delete", "admin").exit_code == 5  # not yourself
+
+
+def test_dry_run_says_where_or_why_and_submits_nothing(admin: Cli, api: GpupoolClient) -> None:
+    project, name = new_project(api), unique("job")
+    fits = admin("submit", name, "-p", project, "--gpu", "1", "--dry-run", "--", "true")
+    assert fits.exit_code == 0, fits.output
+    assert f"Dry run {project}/{name}: would start now on sim-" in fits.stdout
+    assert "(nothing submitted)" in fits.stdout
+    waits = admin("submit", name, "-p", project, "--gpu", "8", "--dry-run", "--json", "--", "true")
+    answer = json_out(waits)
+    assert answer["would_start"] is False and answer["reason"].startswith("would wait: ")
+    assert api.list_workloads(project=project).items == []

@@ -318,6 +318,8 @@ def describe_view(w: WorkloadDetail) -> Group:
     facts.add_column(style="bold")
     facts.add_column()
     preemptible = "preemptible" if w.preemptible else "not preemptible"
+    if w.preemptible and w.min_runtime_s:
+        preemptible += f" after {w.min_runtime_s} s of running"
     gang = f", at least {w.min_available} together" if w.min_available else ""
     submitted = f"{clock(w.submitted_at)} by {w.submitted_by or '-'}, {age(w.submitted_at)} ago"
     for key, value in [
