@@ -297,3 +297,16 @@ def test_dry_run_says_where_or_why_and_submits_nothing(admin: Cli, api: GpupoolC
     answer = json_out(waits)
     assert answer["would_start"] is False and answer["reason"].startswith("would wait: ")
     assert api.list_workloads(project=project).items == []
+
+
+def test_projects_warns_when_quotas_add_up_to_more_than_the_cluster(
+    admin: Cli, api: GpupoolClient
+) -> None:
+    """2x4 simulated GPUs: a quota of 9 alone is more than the cluster."""
+    name = unique("big")
+    made = admin("project", "create", name, "--quota-gpu", "9", "--json")
+    assert any("more than the 8 GPUs of the cluster" in w for w in json_out(made)["warnings"])
+    listed = admin("projects")
+    assert listed.exit_code == 0, listed.output
+    assert listed.stdout.count("more than the 8 GPUs of the cluster's ready nodes") == 1
+    admin("project", "delete", name)

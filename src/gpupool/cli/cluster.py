@@ -309,8 +309,9 @@ def project_table(projects: Sequence[ProjectOut]) -> Group:
             str(p.over_quota_weight),
             str(p.priority),
         )
-        warnings += [f"[yellow]warning:[/] {escape(p.name)}: {escape(w)}" for w in p.warnings]
-    return Group(rows, *warnings)
+        warnings += p.warnings
+    said = [f"[yellow]warning:[/] {escape(w)}" for w in dict.fromkeys(warnings)]
+    return Group(rows, *said)
 
 
 def describe_view(w: WorkloadDetail) -> Group:
