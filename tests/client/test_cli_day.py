@@ -22,6 +22,7 @@ from gpupool.api.schemas import ProjectIn, WorkloadOut
 from gpupool.cli.main import app
 from gpupool.client.config import ClientConfig, write_config
 from gpupool.client.http import ApiError, GpupoolClient
+from gpupool.demo.story import plan_demo
 from gpupool.server.process import ServerProcess
 from liveserver import LiveServer, unique, wait_for
 
@@ -310,3 +311,32 @@ def test_projects_warns_when_quotas_add_up_to_more_than_the_cluster(
     assert listed.exit_code == 0, listed.output
     assert listed.stdout.count("more than the 8 GPUs of the cluster's ready nodes") == 1
     admin("project", "delete", name)
+
+
+def test_the_demo_refuses_a_busy_cluster_saying_how_to_run_it_apart(
+    admin: Cli, api: GpupoolClient
+) -> None:
+    project = new_project(api)
+    assert admin("submit", unique("job"), "-p", project, "--gpu", "1", "--duration", "3600",
+                 "--", "true").exit_code == 0  # fmt: skip
+    before = len(api.list_workloads(limit=10_000).items)
+    refused = admin("demo")
+    assert refused.exit_code == 1, refused.output
+    assert "the demo needs an idle cluster" in refused.stderr
+    assert project in refused.stderr and "gpupool up --data-dir" in refused.stderr
+    assert "Traceback" not in refused.output
+    assert len(api.list_workloads(limit=10_000).items) == before  # nothing submitted
+
+
+@pytest.mark.parametrize(("nodes", "plan"), [("1x4", (4, 2, 2)), ("1x3", (3, 1, 2)),
+                                             ("1x1", (1, 0, 1))])  # fmt: skip
+def test_the_demo_sizes_itself_to_an_idle_cluster(
+    tmp_path: Path, nodes: str, plan: tuple[int, int, int]
+) -> None:
+    with (
+        ServerProcess(tmp_path, simulated_nodes=nodes) as process,
+        GpupoolClient(process.url, process.admin_token) as client,
+    ):
+        wait_for(lambda: len(client.nodes()) == 1, 15, "the node")
+        made = plan_demo(client)
+    assert (made.gpus, made.bob_quota, made.patty_quota) == plan
