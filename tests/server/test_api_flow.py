@@ -147,7 +147,19 @@ def test_researchers_see_only_their_projects(live_server: LiveServer) -> None:
         _submit(rita, "alpha", "mine", gpu=0.5)
         refused = rita.post("/api/v1/workloads", json={"name": "x", "project": "beta", "gpu": 1})
         assert refused.status_code == 403 and "not a member" in refused.json()["detail"]
-        assert rita.get("/api/v1/workloads/beta/secret").status_code == 404
+        # Outside her projects every answer is the same 403, whether the thing exists or not.
+        for path in ("/workloads/beta/secret", "/workloads/beta/none", "/workloads/nope/none"):
+            got = rita.get(f"/api/v1{path}")
+            assert got.status_code == 403 and "not a member" in got.json()["detail"], path
+        for project in ("beta", "nope"):
+            for path, params in [("/workloads", {"project": project}),
+                                 ("/events", {"project": project})]:  # fmt: skip
+                assert rita.get(f"/api/v1{path}", params=params).status_code == 403
+            submitted = rita.post(
+                "/api/v1/workloads", json={"name": "x", "project": project, "gpu": 1}
+            )
+            assert submitted.status_code == 403
+        assert rita.get("/api/v1/workloads/alpha/none").status_code == 404  # hers: not found
         listed = rita.get("/api/v1/workloads").json()
         assert [w["name"] for w in listed["items"]] == ["mine"]
         assert [p["name"] for p in rita.get("/api/v1/projects").json()] == ["alpha"]

@@ -53,8 +53,8 @@ class Principal:
     def require_project(self, project: str) -> None:
         if not self.may_use(project):
             raise forbidden(
-                f"you ({self.name}) are not a member of project {project!r}: "
-                "ask an admin to add you (gpupool user projects)"
+                f"you ({self.name}) are not a member of a project named {project!r}: check the "
+                "name (gpupool projects lists yours), or ask an admin to add you"
             )
 
 

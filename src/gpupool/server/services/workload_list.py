@@ -91,8 +91,7 @@ def list_page(
     Without `sort`, in submission order (by id)."""
     query = select(WorkloadRow).join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
     if filters.project is not None:
-        if not who.may_use(filters.project):
-            return WorkloadPage(items=[], total=0)
+        who.require_project(filters.project)
         query = query.where(ProjectRow.name == filters.project)
     elif not who.is_admin:
         query = query.where(ProjectRow.name.in_(sorted(who.project_names)))

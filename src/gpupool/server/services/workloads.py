@@ -105,6 +105,7 @@ def workload_values(
     now_s: float,
 ) -> dict[str, Any]:
     """The row of an acceptable submission, or `ApiError` saying why it is not."""
+    who.require_project(body.project)  # first: a non-member learns nothing, not even existence
     if project is None or project.is_department:
         what = "is a department" if project else "does not exist"
         raise invalid(
@@ -112,7 +113,6 @@ def workload_values(
             "(gpupool projects lists them)",
             "project",
         )
-    who.require_project(body.project)
     status = taken.get((project.id, body.name))
     if status is not None:
         raise conflict(
@@ -192,8 +192,7 @@ def add_event(
 
 
 def get_row(session: Session, project: str, name: str, who: Principal) -> WorkloadRow:
-    if not who.may_use(project):
-        raise not_found("workload", f"{project}/{name}", "check the name and --project")
+    who.require_project(project)  # before the lookup: a non-member learns nothing of what is in it
     row = session.execute(
         select(WorkloadRow)
         .join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
@@ -292,8 +291,7 @@ def events(
 ) -> list[EventOut]:
     query = select(EventRow).where(EventRow.id > after_id)
     if project is not None:
-        if not who.may_use(project):
-            return []
+        who.require_project(project)
         query = query.where(EventRow.project == project)
     elif not who.is_admin:
         query = query.where(EventRow.project.in_(sorted(who.project_names)))
