@@ -33,6 +33,7 @@ from gpupool.client import (
     WorkloadDetail,
     WorkloadIn,
     WorkloadOut,
+    WorkloadPage,
     WorkloadStatus,
     WorkloadType,
 )
@@ -76,6 +77,10 @@ def python(name: str, project: str, code: str, **fields: object) -> WorkloadIn:
     return WorkloadIn.model_validate(
         {"name": name, "project": project, "gpu": 0.5, "command": command, **fields}
     )
+
+
+def names(page: WorkloadPage) -> list[str]:
+    return [w.name for w in page.items]
 
 
 def gone(client: GpupoolClient, project: str, name: str) -> bool:
@@ -150,7 +155,6 @@ def test_list_workloads_with_filters_and_pages(admin: GpupoolClient, project: st
         timeout_s=60,
         what="two completed and one running",
     )
-    names = lambda page: [w.name for w in page.items]  # noqa: E731
     assert names(admin.list_workloads(project)) == ["done-a", "done-b", "held"]
     assert names(admin.list_workloads(project, status="running")) == ["held"]
     assert names(admin.list_workloads(project, type=WorkloadType.INFERENCE)) == ["done-b"]
@@ -298,9 +302,9 @@ def test_cluster_usage_and_history_calls(admin: GpupoolClient, project: str) -> 
     nodes = admin.nodes()
     assert [n.gpu_count for n in nodes] == [2]
     assert admin.node(nodes[0].name).devices[1].memory_mib == 80 * 1024
-    names = admin.names()
-    assert isinstance(names, NamesOut) and project in names.projects
-    assert names.nodes == [nodes[0].name]
+    known = admin.names()
+    assert isinstance(known, NamesOut) and project in known.projects
+    assert known.nodes == [nodes[0].name]
     assert admin.top().capacity_gpu_milli == 2000
     usage = admin.usage(by="project", minutes=10, bucket_s=60)
     assert isinstance(usage, UsageOut) and usage.by == "project"
