@@ -183,7 +183,8 @@ def test_an_admin_edits_a_quota_in_place_and_sees_the_warning(
     row.get_by_label("Quota of team-a (GPUs)").fill("3")
     row.get_by_label("Over-quota weight of team-a").fill("2")
     row.get_by_role("button", name="Save").click()
-    expect(page.get_by_test_id("server-warning")).to_contain_text("more than its quota of 2")
+    warned = page.get_by_test_id("server-warning").filter(has_text="more than its quota of 2")
+    expect(warned).to_be_visible()
     with server.client() as http:
         changed = http.get("/api/v1/projects/team-a").json()
     assert changed["quota"]["gpu_milli"] == 3000

@@ -22,6 +22,7 @@ from gpupool.api.schemas import ProjectIn, WorkloadOut
 from gpupool.cli.main import app
 from gpupool.client.config import ClientConfig, write_config
 from gpupool.client.http import ApiError, GpupoolClient
+from gpupool.demo.story import plan_demo
 from gpupool.server.process import ServerProcess
 from liveserver import LiveServer, unique, wait_for
 
@@ -88,6 +89,8 @@ def test_version_and_completion(cli: Cli) -> None:
         (["--node-selector", "zone"], "--node-selector takes KEY=VALUE (got 'zone')"),
         (["--node-selector", "zone=a b"], "node_selector.zone.0:"),
         (["--env-file", "missing.env"], "cannot read the env file missing.env"),
+        (["--min-runtime", "soon"], "--min-runtime 'soon' is not a duration"),
+        (["--min-runtime", "40d"], "min_runtime_s: Input should be less than or equal to"),
     ],
 )
 def test_submit_refuses_bad_input_saying_how_to_fix(
@@ -180,7 +183,8 @@ def test_submit_from_a_file_with_the_command_line_on_top(
         tmp_path / "job.yaml",
         f"name: {unique('job')}\nproject: {project}\ngpu: 0.5\ntasks: 1\n"
         "command: [python, train.py]\nenv: {SEED: 0, MODE: fast}\nenv-file: job.env\n"
-        "node_selector: {zone: [eu-1, eu-2]}\nworking_dir: data\nduration: 60\n",
+        "node_selector: {zone: [eu-1, eu-2]}\nworking_dir: data\nduration: 60\n"
+        "min_runtime: 2h\n",
     )
     name = unique("job")
     result = admin(
@@ -193,6 +197,9 @@ def test_submit_from_a_file_with_the_command_line_on_top(
     assert out.env == {"SEED": "0", "MODE": "fast", "TOKEN": "a b", "LR": "0.2"}  # env: > env_file
     assert (out.cpu_milli, out.memory_mib) == (500, 16384)
     assert out.working_dir == str(tmp_path / "data")
+    assert out.min_runtime_s == 7200
+    shown = admin("describe", name, "-p", project)
+    assert "preemptible after 7200 s of running" in shown.stdout
     # node_selector is not in WorkloadOut: the scheduler's reason shows it
     wait_for(lambda: "zone" in (api.describe(project, name).pending_reason or ""), 10, "reason")
     admin("delete", name, "-p", project)
@@ -206,6 +213,16 @@ def test_working_dir_option_and_the_default(admin: Cli, api: GpupoolClient, tmp_
     assert json_out(given)["working_dir"] == str(tmp_path)
     default = admin("submit", second, "-p", project, "--gpu", "0.1", "--json", "--", "true")
     assert Path(json_out(default)["working_dir"]).is_absolute()
+    assert json_out(default)["min_runtime_s"] is None  # the project's
+
+
+def test_min_runtime_option_takes_seconds_or_a_duration(admin: Cli, api: GpupoolClient) -> None:
+    project = new_project(api)
+    for given, seconds in [("600", 600), ("10m", 600), ("1.5h", 5400)]:
+        name = unique("job")
+        submitted = admin("submit", name, "-p", project, "--gpu", "0.1", "--min-runtime", given,
+                          "--json", "--", "true")  # fmt: skip
+        assert json_out(submitted)["min_runtime_s"] == seconds
 
 
 def test_list_shows_exit_code_preemptions_and_formats(admin: Cli, api: GpupoolClient) -> None:
@@ -269,3 +286,57 @@ def test_admin_deletes_users_and_lists_and_revokes_tokens(admin: Cli, server: Li
     assert admin("user", "delete", user).exit_code == 3
     assert admin("token", "list", user).exit_code == 3
     assert admin("user", "delete", "admin").exit_code == 5  # not yourself
+
+
+def test_dry_run_says_where_or_why_and_submits_nothing(admin: Cli, api: GpupoolClient) -> None:
+    project, name = new_project(api), unique("job")
+    fits = admin("submit", name, "-p", project, "--gpu", "1", "--dry-run", "--", "true")
+    assert fits.exit_code == 0, fits.output
+    assert f"Dry run {project}/{name}: would start now on sim-" in fits.stdout
+    assert "(nothing submitted)" in fits.stdout
+    waits = admin("submit", name, "-p", project, "--gpu", "8", "--dry-run", "--json", "--", "true")
+    answer = json_out(waits)
+    assert answer["would_start"] is False and answer["reason"].startswith("would wait: ")
+    assert api.list_workloads(project=project).items == []
+
+
+def test_projects_warns_when_quotas_add_up_to_more_than_the_cluster(
+    admin: Cli, api: GpupoolClient
+) -> None:
+    """2x4 simulated GPUs: a quota of 9 alone is more than the cluster."""
+    name = unique("big")
+    made = admin("project", "create", name, "--quota-gpu", "9", "--json")
+    assert any("more than the 8 GPUs of the cluster" in w for w in json_out(made)["warnings"])
+    listed = admin("projects")
+    assert listed.exit_code == 0, listed.output
+    assert listed.stdout.count("more than the 8 GPUs of the cluster's ready nodes") == 1
+    admin("project", "delete", name)
+
+
+def test_the_demo_refuses_a_busy_cluster_saying_how_to_run_it_apart(
+    admin: Cli, api: GpupoolClient
+) -> None:
+    project = new_project(api)
+    assert admin("submit", unique("job"), "-p", project, "--gpu", "1", "--duration", "3600",
+                 "--", "true").exit_code == 0  # fmt: skip
+    before = len(api.list_workloads(limit=10_000).items)
+    refused = admin("demo")
+    assert refused.exit_code == 1, refused.output
+    assert "the demo needs an idle cluster" in refused.stderr
+    assert project in refused.stderr and "gpupool up --data-dir" in refused.stderr
+    assert "Traceback" not in refused.output
+    assert len(api.list_workloads(limit=10_000).items) == before  # nothing submitted
+
+
+@pytest.mark.parametrize(("nodes", "plan"), [("1x4", (4, 2, 2)), ("1x3", (3, 1, 2)),
+                                             ("1x1", (1, 0, 1))])  # fmt: skip
+def test_the_demo_sizes_itself_to_an_idle_cluster(
+    tmp_path: Path, nodes: str, plan: tuple[int, int, int]
+) -> None:
+    with (
+        ServerProcess(tmp_path, simulated_nodes=nodes) as process,
+        GpupoolClient(process.url, process.admin_token) as client,
+    ):
+        wait_for(lambda: len(client.nodes()) == 1, 15, "the node")
+        made = plan_demo(client)
+    assert (made.gpus, made.bob_quota, made.patty_quota) == plan

@@ -295,3 +295,32 @@ def test_a_task_row_from_before_charged_devices_were_kept_is_read_as_running_the
     events = harness.events()
     harness.loop.run_once()
     assert harness.events() == events
+
+
+def test_a_workload_min_runtime_protects_it_from_reclaim_until_it_has_run_that_long(
+    harness: Harness,
+) -> None:
+    """`submit --min-runtime 10m`: b reclaims a's unprotected borrower at once, the protected
+    one only after it has run 600 s (its project's min runtime is 0). Reclaim never evicts the
+    plain one alone for a job that needs both: that would free too little."""
+    harness.project("a", 0)
+    harness.project("b", 4)
+    harness.submit("a", "protected", gpu=2, min_runtime_s=600)
+    harness.submit("a", "plain", gpu=2)
+    harness.loop.run_once()
+    assert (harness.status("protected"), harness.status("plain")) == ("running", "running")
+    harness.clock.advance(60)
+    harness.submit("b", "first", gpu=2)
+    harness.submit("b", "second", gpu=2)
+    for _ in range(3):
+        harness.loop.run_once()
+    assert (harness.status("protected"), harness.status("plain")) == ("running", "pending")
+    assert (harness.status("first"), harness.status("second")) == ("running", "pending")
+    harness.clock.advance(539)
+    harness.loop.run_once()
+    assert harness.status("protected") == "running"
+    harness.clock.advance(1)
+    for _ in range(3):
+        harness.loop.run_once()
+    assert harness.status("protected") == "pending"
+    assert harness.status("second") == "running"

@@ -267,6 +267,9 @@ class WorkloadIn(_In):
     duration_s: Annotated[float, Field(gt=0, le=10**9)] | None = None
     """Simulated executor only: how long each task 'runs'. Real executors ignore it."""
     grace_period_s: Annotated[int, Field(ge=0, le=86_400)] = 30
+    min_runtime_s: Annotated[int, Field(ge=0, le=30 * 86_400)] | None = None
+    """Not preempted (reclaimed, consolidated) before it has run this long; default: its
+    project's min runtime. Interactive work is never preempted anyway."""
     working_dir: Annotated[str, Field(max_length=1024)] | None = None
     """Local executor: where the command runs (the CLI sends its current directory); default
     the workload's checkpoint directory."""
@@ -354,6 +357,28 @@ class WorkloadIn(_In):
         return 0 if self.memory is None else parse_memory_mib(self.memory)
 
 
+class PlacementOut(_Out):
+    task_index: int
+    node: str
+    devices: list[int]
+
+
+class DryRunOut(_Out):
+    """`POST /workloads/dry-run`: what the scheduler would do with this submission now."""
+
+    project: str
+    name: str
+    would_start: bool
+    placements: list[PlacementOut]
+    """Where each task would start (empty: it would wait)."""
+    preempts: int
+    """How many running workloads would be preempted for it."""
+    preempts_visible: list[str]
+    """Those of them in projects the caller may see (others are only counted)."""
+    reason: str
+    """In words: where it would start, or why it would wait."""
+
+
 class TaskOut(_Out):
     task_index: int
     launch_id: str
@@ -409,6 +434,8 @@ class WorkloadOut(_Out):
     env: dict[str, str]
     duration_s: float | None
     grace_period_s: int
+    min_runtime_s: int | None = None
+    """Its own min runtime; None: its project's."""
     submitted_by: str | None
     submitted_at: float
     started_at: float | None

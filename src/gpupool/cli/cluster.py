@@ -309,8 +309,9 @@ def project_table(projects: Sequence[ProjectOut]) -> Group:
             str(p.over_quota_weight),
             str(p.priority),
         )
-        warnings += [f"[yellow]warning:[/] {escape(p.name)}: {escape(w)}" for w in p.warnings]
-    return Group(rows, *warnings)
+        warnings += p.warnings
+    said = [f"[yellow]warning:[/] {escape(w)}" for w in dict.fromkeys(warnings)]
+    return Group(rows, *said)
 
 
 def describe_view(w: WorkloadDetail) -> Group:
@@ -318,6 +319,8 @@ def describe_view(w: WorkloadDetail) -> Group:
     facts.add_column(style="bold")
     facts.add_column()
     preemptible = "preemptible" if w.preemptible else "not preemptible"
+    if w.preemptible and w.min_runtime_s:
+        preemptible += f" after {w.min_runtime_s} s of running"
     gang = f", at least {w.min_available} together" if w.min_available else ""
     submitted = f"{clock(w.submitted_at)} by {w.submitted_by or '-'}, {age(w.submitted_at)} ago"
     for key, value in [

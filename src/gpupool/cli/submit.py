@@ -28,6 +28,7 @@ from gpupool.cli.cluster import (
     handled,
     show,
 )
+from gpupool.cli.usage import parse_duration_s
 from gpupool.client.config import effective_config
 
 __all__ = ["FILE_KEYS", "SubmitCommand", "parse_cpu_milli", "read_env_file", "submit"]
@@ -62,6 +63,7 @@ FILE_KEYS: dict[str, str] = {
     "working_dir": "working_dir",
     "duration": "duration_s",
     "grace_period": "grace_period_s",
+    "min_runtime": "min_runtime_s",
     "image": "image",
     "command": "command",
 }
@@ -75,6 +77,18 @@ class SubmitCommand(TyperCommand):
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # typer's own click.Context
         ctx.meta[AFTER_DASHES] = args[args.index("--") + 1 :] if "--" in args else None
         return super().parse_args(ctx, args)
+
+
+def parse_min_runtime_s(value: object, where: str = "--min-runtime") -> int:
+    """`600`, `10m`, `2h` -> whole seconds; a clear error otherwise."""
+    text = str(value).strip()
+    try:
+        seconds = float(text) if text.replace(".", "", 1).isdigit() else None
+        if seconds is None:
+            seconds = parse_duration_s(text, where)
+    except ValueError as error:
+        fail(str(error))
+    return round(seconds)
 
 
 def parse_cpu_milli(value: object, where: str = "--cpu") -> int:
@@ -178,6 +192,8 @@ def load_workload_file(path: Path) -> dict[str, Any]:
             fields["cpu_milli"] = parse_cpu_milli(value, f"{path}: cpu")
         elif key == "node_selector":
             fields["node_selector"] = _selector(value, str(path))
+        elif key == "min_runtime" and value is not None:
+            fields["min_runtime_s"] = parse_min_runtime_s(value, f"{path}: min_runtime")
         elif key == "working_dir" and value is not None:
             fields["working_dir"] = os.path.abspath(path.parent / str(value))
         elif value is not None:
@@ -221,6 +237,14 @@ def submit(
         int | None, typer.Option(help="Tasks that must start together (a gang).")
     ] = None,
     priority: Annotated[int | None, typer.Option(help="Priority inside the project.")] = None,
+    min_runtime: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DURATION",
+            help="Not preempted before it has run this long: 600, 10m, 2h (default: the "
+            "project's).",
+        ),
+    ] = None,
     preemptible: Annotated[
         bool | None,
         typer.Option("--preemptible/--non-preemptible", help="Default: by type."),
@@ -261,6 +285,12 @@ def submit(
         str | None,
         typer.Option(help="Container image (Kubernetes; default: the server's default image)."),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Say where it would run now, or why it would wait; submit nothing."
+        ),
+    ] = False,
     json_output: JsonOption = False,
 ) -> None:
     """Submit a workload: `gpupool submit job1 --gpu 1 -- python train.py --lr 0.1`."""
@@ -290,6 +320,7 @@ def submit(
         "tasks": tasks,
         "min_available": min_available,
         "priority": priority,
+        "min_runtime_s": None if min_runtime is None else parse_min_runtime_s(min_runtime),
         "preemptible": preemptible,
         "cpu_milli": None if cpu is None else parse_cpu_milli(cpu),
         "memory": memory,
@@ -328,6 +359,12 @@ def submit(
         fail(body.detail, body.errors)
     if not runnable:
         fail(NO_COMMAND)
+    if dry_run:
+        with connect() as client:
+            answer = client.dry_run(workload)
+        said = f"Dry run {answer.project}/{answer.name}: {answer.reason} (nothing submitted)"
+        show(answer, json_output, lambda: said)
+        return
     with connect() as client:
         submitted = client.submit(workload)
 

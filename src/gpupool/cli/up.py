@@ -188,12 +188,17 @@ def demo(
 
 
 def run_demo(bob_steps: int = 60) -> None:
-    from gpupool.demo.story import run_story
+    from gpupool.demo.story import DemoRefusedError, run_story
 
     console = stdout()
     run_id = time.strftime("%H%M%S")
     with connect() as client:
-        result = run_story(client, console.print, run_id, bob_steps=bob_steps)
+        try:
+            result = run_story(client, console.print, run_id, bob_steps=bob_steps)
+        except DemoRefusedError as refused:
+            fail(f"{refused} (nothing was submitted)", code=1)
+        except TimeoutError as late:
+            fail(f"{late}: see `gpupool list --all` and the server log", code=1)
         console.print(
             f"Demo done in {result.seconds:.0f} s. See: gpupool list --all; "
             f"gpupool describe {result.preempted[0].split('/')[1]} --project bob"

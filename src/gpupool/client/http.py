@@ -20,6 +20,7 @@ from gpupool import __version__
 from gpupool.api.schemas import (
     DepartmentIn,
     DeviceHistoryOut,
+    DryRunOut,
     ErrorDetail,
     ErrorOut,
     EventOut,
@@ -391,6 +392,10 @@ class GpupoolClient:
 
     def submit(self, workload: WorkloadIn) -> WorkloadOut:
         return self._post(WorkloadOut, "/api/v1/workloads", workload)
+
+    def dry_run(self, workload: WorkloadIn) -> DryRunOut:
+        """Where `workload` would run now, or why it would wait; nothing is stored."""
+        return self._post(DryRunOut, "/api/v1/workloads/dry-run", workload)
 
     def list_workloads(
         self,

@@ -170,6 +170,8 @@ class WorkloadRow(Base):
     pods: Mapped[list[str] | None] = mapped_column(JSON)
     """Kubernetes: `namespace/name` of its pods, one per task, in task order."""
     tolerations: Mapped[list[dict[str, str | None]]] = mapped_column(JSON, server_default="[]")
+    min_runtime_s: Mapped[int | None] = mapped_column(Integer)
+    """Not preempted before it has run this long; None: its project's min runtime."""
 
     project: Mapped[ProjectRow] = relationship(lazy="joined")
 

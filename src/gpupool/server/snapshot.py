@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Protocol
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -42,6 +43,59 @@ SCHEDULED = (
     WorkloadStatus.COMPLETING.value,
 )
 """Workload states the snapshot gives the core (completing ones as their running tasks)."""
+
+
+class WorkloadColumns(Protocol):
+    """The columns of a workload row that the core needs (a row read by `build_snapshot`, or a
+    submission not stored yet: `--dry-run`)."""
+
+    id: int
+    name: str
+    type: str
+    gpu_kind: str
+    gpu_amount: int
+    gpu_limit_milli: int | None
+    tasks: int
+    min_available: int | None
+    priority: int | None
+    preemptible: bool | None
+    cpu_milli: int
+    memory_mib: int
+    node_selector: dict[str, list[str]]
+    started_at: float | None
+    origin: str
+    tolerations: list[dict[str, str | None]]
+    min_runtime_s: int | None
+
+
+def core_workload(
+    row: WorkloadColumns,
+    project: str,
+    placements: tuple[TaskPlacement, ...] = (),
+    completing: bool = False,
+) -> Workload:
+    """One workload as the core sees it; `completing`: only its running tasks, held as they are."""
+    return Workload(
+        name=core_name(project, row.name),
+        project=project,
+        type=WorkloadType(row.type),
+        gpu=gpu_request(row.gpu_kind, row.gpu_amount, None if completing else row.gpu_limit_milli),
+        tasks=len(placements) if completing else row.tasks,
+        min_available=None if completing else row.min_available,
+        priority=row.priority,
+        preemptible=False if completing else row.preemptible,
+        cpu_milli=row.cpu_milli,
+        memory_mib=row.memory_mib,
+        node_selector=tuple(
+            (key, tuple(values)) for key, values in sorted(row.node_selector.items())
+        ),
+        submit_seq=row.id,
+        started_at_s=int(row.started_at) if placements and row.started_at is not None else None,
+        placements=placements,
+        tolerations=tuple(_toleration(t) for t in row.tolerations or ()),
+        movable=row.origin != "kubernetes",
+        min_runtime_s=row.min_runtime_s,
+    )
 
 
 def core_name(project: str, workload: str) -> str:
@@ -153,6 +207,7 @@ def build_snapshot(session: Session, now_s: float, settings: SchedulerSettings) 
             WorkloadRow.started_at,
             WorkloadRow.origin,
             WorkloadRow.tolerations,
+            WorkloadRow.min_runtime_s,
         )
         .where(WorkloadRow.status.in_(SCHEDULED))
         .order_by(WorkloadRow.id)
@@ -169,32 +224,7 @@ def build_snapshot(session: Session, now_s: float, settings: SchedulerSettings) 
         project = project_names[row.project_id]
         name = core_name(project, row.name)
         keys[name] = WorkloadKey(row.id, row.version, project, row.name, external)
-        workloads.append(
-            Workload(
-                name=name,
-                project=project,
-                type=WorkloadType(row.type),
-                gpu=gpu_request(
-                    row.gpu_kind, row.gpu_amount, None if completing else row.gpu_limit_milli
-                ),
-                tasks=len(placements) if completing else row.tasks,
-                min_available=None if completing else row.min_available,
-                priority=row.priority,
-                preemptible=False if completing else row.preemptible,
-                cpu_milli=row.cpu_milli,
-                memory_mib=row.memory_mib,
-                node_selector=tuple(
-                    (key, tuple(values)) for key, values in sorted(row.node_selector.items())
-                ),
-                submit_seq=row.id,
-                started_at_s=(
-                    int(row.started_at) if placements and row.started_at is not None else None
-                ),
-                placements=placements,
-                tolerations=tuple(_toleration(t) for t in row.tolerations or ()),
-                movable=not external,
-            )
-        )
+        workloads.append(core_workload(row, project, placements, completing=completing))
     return BuiltSnapshot(
         Snapshot(nodes, projects, tuple(workloads), now_s=int(now_s), settings=settings), keys
     )

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Response
 from sqlalchemy import select
 
 from gpupool.api.schemas import (
+    DryRunOut,
     EventOut,
     LogChunk,
     TaskState,
@@ -21,6 +22,7 @@ from gpupool.api.schemas import (
 from gpupool.executors.base import Executor
 from gpupool.server.db import TaskRow
 from gpupool.server.errors import ERROR_RESPONSES, not_found
+from gpupool.server.services import dry_run as dry_runs
 from gpupool.server.services import workload_list, workloads
 from gpupool.server.services.workload_list import Filters, Order, SortKey
 from gpupool.server.state import Caller, State
@@ -35,6 +37,15 @@ async def submit(body: WorkloadIn, state: State, caller: Caller) -> Response:
     """Answered once the submission is committed (group commit with concurrent ones)."""
     out = await state.submitter.submit(body, caller)
     return Response(out.model_dump_json(), status_code=201, media_type="application/json")
+
+
+@router.post("/workloads/dry-run")
+def dry_run(body: WorkloadIn, state: State, caller: Caller) -> DryRunOut:
+    """Where it would run now, or why it would wait; stores and starts nothing."""
+    with state.read() as session:
+        return dry_runs.dry_run(
+            session, body, caller, state.clock.now_s(), state.settings.scheduler
+        )
 
 
 @router.get("/workloads")

@@ -18,7 +18,7 @@ from gpupool.api.schemas import (
 )
 from gpupool.core.decisions import ProjectShare
 from gpupool.core.model import Resources
-from gpupool.server.db import MembershipRow, ProjectRow, WorkloadRow
+from gpupool.server.db import MembershipRow, NodeRow, ProjectRow, WorkloadRow
 from gpupool.server.errors import ApiError, conflict, invalid, not_found
 from gpupool.units import format_gpu_milli
 
@@ -126,20 +126,47 @@ def remove(session: Session, row: ProjectRow) -> None:
 
 
 def quota_warnings(session: Session, row: ProjectRow) -> list[str]:
-    """The contract allows children's quotas to add up to more than their department's; say so."""
+    """What an admin should know about this quota: the contract allows quotas to add up to more
+    than their department's, or than the cluster; both mean not everyone gets theirs at once."""
     department = row if row.is_department else row.parent
-    if department is None:
+    warnings = []
+    if department is not None:
+        children = session.scalars(select(ProjectRow).where(ProjectRow.parent_id == department.id))
+        total = sum(child.quota_gpu_milli for child in children)
+        warnings += _department_warning(department, total)
+    return warnings + capacity_warnings(session)
+
+
+def _department_warning(department: ProjectRow, children_milli: int) -> list[str]:
+    if children_milli <= department.quota_gpu_milli:
         return []
-    children = session.scalars(select(ProjectRow).where(ProjectRow.parent_id == department.id))
-    total = sum(child.quota_gpu_milli for child in children)
-    if total > department.quota_gpu_milli:
-        return [
-            f"the projects of department {department.name!r} have quotas adding up to "
-            f"{format_gpu_milli(total)} GPUs, more than its quota of "
-            f"{format_gpu_milli(department.quota_gpu_milli)}: they cannot all get their quota "
-            "at once"
-        ]
-    return []
+    return [
+        f"the projects of department {department.name!r} have quotas adding up to "
+        f"{format_gpu_milli(children_milli)} GPUs, more than its quota of "
+        f"{format_gpu_milli(department.quota_gpu_milli)}: they cannot all get their quota "
+        "at once"
+    ]
+
+
+def capacity_warnings(session: Session) -> list[str]:
+    """Guaranteed quotas (departments and projects outside one) above the ready nodes' GPUs."""
+    devices = session.scalar(
+        select(func.coalesce(func.sum(NodeRow.gpu_count), 0)).where(NodeRow.state == "ready")
+    )
+    guaranteed = session.scalar(
+        select(func.coalesce(func.sum(ProjectRow.quota_gpu_milli), 0)).where(
+            ProjectRow.parent_id.is_(None)
+        )
+    )
+    capacity_milli = int(devices or 0) * 1000
+    if not capacity_milli or int(guaranteed or 0) <= capacity_milli:
+        return []  # no ready node yet: nothing to compare with
+    return [
+        f"guaranteed quotas add up to {format_gpu_milli(int(guaranteed or 0))} GPUs, more than "
+        f"the {format_gpu_milli(capacity_milli)} GPUs of the cluster's ready nodes: not every "
+        "project can have its quota at once; lower quotas (gpupool project set NAME --quota-gpu N) "
+        "or add nodes"
+    ]
 
 
 ShareMap = Mapping[str, ProjectShare]
@@ -191,7 +218,24 @@ def list_views(session: Session, is_department: bool, shares: ShareMap) -> list[
         .where(ProjectRow.is_department == is_department)
         .order_by(ProjectRow.name)
     ).all()
-    return [view(session, row, shares) for row in rows]
+    cluster = capacity_warnings(session)
+    children: dict[int | None, int] = {}
+    for parent_id, quota_milli in session.execute(
+        select(ProjectRow.parent_id, ProjectRow.quota_gpu_milli).where(
+            ProjectRow.parent_id.is_not(None)
+        )
+    ):
+        children[parent_id] = children.get(parent_id, 0) + quota_milli
+    out = []
+    for row in rows:
+        department = row if row.is_department else row.parent
+        warnings = (
+            []
+            if department is None
+            else _department_warning(department, children.get(department.id, 0))
+        )
+        out.append(view(session, row, shares, warnings=warnings + cluster))
+    return out
 
 
 def _set_quota(row: ProjectRow, quota: AmountsIn) -> None:

@@ -64,7 +64,7 @@ def submit_many(
     for body, who in requests:
         try:
             project = projects.get(body.project)
-            values = _workload_values(body, who, project, taken, now_s)
+            values = workload_values(body, who, project, taken, now_s)
         except ApiError as error:
             outcomes.append(error)
             continue
@@ -97,7 +97,7 @@ def submit_many(
     return [outcome for outcome in outcomes if outcome is not None]
 
 
-def _workload_values(
+def workload_values(
     body: WorkloadIn,
     who: Principal,
     project: Any,
@@ -153,6 +153,7 @@ def _workload_values(
         "env": body.env,
         "duration_s": body.duration_s,
         "grace_period_s": body.grace_period_s,
+        "min_runtime_s": body.min_runtime_s,
         "submitted_by": who.name,
         "submitted_at": now_s,
         "pending_reason": "waiting for the next scheduling cycle",
@@ -332,6 +333,7 @@ def view(row: WorkloadRow, running_tasks: int, project: str | None = None) -> Wo
         env=row.env,
         duration_s=row.duration_s,
         grace_period_s=row.grace_period_s,
+        min_runtime_s=row.min_runtime_s,
         submitted_by=row.submitted_by,
         submitted_at=row.submitted_at,
         started_at=row.started_at,
