@@ -1,13 +1,16 @@
 """`GpupoolClient`: one typed method per endpoint of the gpupool HTTP API (version 1).
 
-Every method returns the pydantic models of `gpupool.api.schemas`. An error answer raises
-`ApiError` (status, detail, field errors); no answer at all raises `ServerUnreachable`.
+Every method returns the pydantic models of `gpupool.api.schemas` (or None for a call that
+answers nothing). An error answer raises `ApiError` (status, detail, field errors); no answer at
+all raises `ServerUnreachable`; both are `ClientError`s. The guide is docs/python-client.md.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -23,12 +26,15 @@ from gpupool.api.schemas import (
     EventOut,
     Health,
     HistoryOut,
+    HistoryRange,
     LogChunk,
+    NamesOut,
     NodeIn,
     NodeOut,
     ProjectIn,
     ProjectOut,
     ProjectPatch,
+    ProjectSeries,
     ProjectsIn,
     TokenIn,
     TokenInfo,
@@ -41,12 +47,34 @@ from gpupool.api.schemas import (
     WorkloadIn,
     WorkloadOut,
     WorkloadPage,
+    WorkloadStatus,
+    WorkloadType,
 )
+from gpupool.client.config import effective_config
 
-__all__ = ["ApiError", "ClientError", "GpupoolClient", "ServerUnreachable"]
+__all__ = [
+    "FINISHED",
+    "ApiError",
+    "ClientError",
+    "GpupoolClient",
+    "ServerUnreachable",
+    "SortOrder",
+    "UsageBy",
+    "WaitTimeout",
+    "WorkloadSort",
+]
 
 M = TypeVar("M", bound=BaseModel)
-Params = dict[str, str | int | float | None]
+Params = dict[str, str | int | float | list[str] | None]
+
+UsageBy = Literal["device", "project", "workload"]
+"""What `GpupoolClient.usage` groups by."""
+WorkloadSort = Literal["name", "submitted_at", "status", "project", "gpu"]
+"""The keys `GpupoolClient.list_workloads` sorts by (default: submission order)."""
+SortOrder = Literal["asc", "desc"]
+
+FINISHED: frozenset[WorkloadStatus] = frozenset({WorkloadStatus.COMPLETED, WorkloadStatus.FAILED})
+"""The statuses a workload does not leave on its own: what `GpupoolClient.wait` waits for."""
 
 
 class ClientError(Exception):
@@ -54,7 +82,14 @@ class ClientError(Exception):
 
 
 class ApiError(ClientError):
-    """The server answered with an error status."""
+    """The server answered with an error status.
+
+    `status` is the HTTP status (401 no or unknown token, 403 not allowed, 404 not found, 409
+    conflict: a name taken or a state that does not allow it, 422 invalid input), `detail` the
+    server's sentence saying what was wrong and how to fix it, `errors` one `ErrorDetail`
+    (`field`, `message`) per invalid field. `str(error)` is the detail and the field errors.
+    An answer this client cannot read also raises it, with the status of that answer.
+    """
 
     def __init__(self, status: int, detail: str, errors: list[ErrorDetail] | None = None) -> None:
         self.status = status
@@ -76,6 +111,18 @@ class ServerUnreachable(ClientError):  # noqa: N818 - the name says it all
             f"cannot reach the gpupool server at {url} ({reason}); is `gpupool server` running "
             "there? Check the address with `gpupool config show`"
         )
+
+
+class WaitTimeout(ClientError, TimeoutError):  # noqa: N818 - a TimeoutError, named like one
+    """`GpupoolClient.wait` gave up: the workload did not reach a wanted status in time."""
+
+    def __init__(self, project: str, name: str, status: WorkloadStatus, timeout_s: float) -> None:
+        self.project = project
+        self.name = name
+        self.status = status
+        """The last status seen."""
+        self.timeout_s = timeout_s
+        super().__init__(f"workload {project}/{name} is still {status} after {timeout_s:g} s")
 
 
 def _segment(name: str) -> str:
@@ -122,7 +169,9 @@ def error_from_response(response: httpx.Response) -> ApiError:
 class GpupoolClient:
     """A synchronous client of one gpupool server; use it as a context manager or `close()` it.
 
-    `transport` replaces the network (tests); `timeout_s` bounds every request.
+    `base_url` is like http://127.0.0.1:8000; `token` is sent as a bearer token (only `health`
+    needs none). `transport` replaces the network (tests); `timeout_s` bounds every request.
+    `GpupoolClient.from_config()` reads both from the CLI's config file and environment.
     """
 
     def __init__(
@@ -142,6 +191,21 @@ class GpupoolClient:
             base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport
         )
 
+    @classmethod
+    def from_config(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        timeout_s: float = 30,
+        *,
+        transport: httpx.BaseTransport | None = None,
+    ) -> Self:
+        """A client for the server and token the CLI uses: the config file (`$GPUPOOL_CONFIG`,
+        else ~/.config/gpupool/config.json) with `GPUPOOL_SERVER` and `GPUPOOL_TOKEN` on top.
+        `environ` replaces `os.environ`. Raises `NotLoggedInError` (a `ConfigError`) when no
+        server or no token is configured, `ConfigError` when the file cannot be read."""
+        server, token = effective_config(environ).login()
+        return cls(server, token, timeout_s, transport=transport)
+
     def __enter__(self) -> Self:
         return self
 
@@ -154,6 +218,7 @@ class GpupoolClient:
         self.close()
 
     def close(self) -> None:
+        """Close the connections; the client cannot be used afterwards."""
         self._http.close()
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -244,23 +309,41 @@ class GpupoolClient:
 
     # -- departments and projects -----------------------------------------------------------
 
-    def usage(self, by: str = "project", minutes: int = 60, bucket_s: int = 300) -> UsageOut:
+    def usage(self, by: UsageBy = "project", minutes: int = 60, bucket_s: int = 300) -> UsageOut:
         """Per-minute samples of the last `minutes` (at most 14 days), per workload too."""
         params: Params = {"by": by, "minutes": minutes, "bucket_s": bucket_s}
         return self._get(UsageOut, "/api/v1/usage", params)
 
     def history(
-        self, range_: str | None = None, start: float | None = None, end: float | None = None
+        self,
+        range_: HistoryRange | str | None = None,
+        start: float | None = None,
+        end: float | None = None,
+        *,
+        project_series: Sequence[ProjectSeries | str] | None = None,
     ) -> HistoryOut:
-        """The history store: `range_` (1h, 24h, 7d, 30d) back from now, or `start`/`end`."""
+        """The history store: `range_` (1h, 24h, 7d, 30d; the server's default is 24h) back
+        from now, or `start`/`end` (seconds since epoch). `project_series`: only these of each
+        project's series (`allocated`, `utilized`, `requested`; default all three); the others
+        come back null."""
         params: Params = {"range": range_, "start": start, "end": end}
+        if project_series:
+            params["project_series"] = [str(s) for s in project_series]
         return self._get(HistoryOut, "/api/v1/history", params)
 
     def device_history(
-        self, range_: str | None = None, start: float | None = None, end: float | None = None
+        self,
+        range_: HistoryRange | str | None = None,
+        start: float | None = None,
+        end: float | None = None,
     ) -> DeviceHistoryOut:
+        """Each device over the window: allocation, utilization, peak memory, GPU-hours."""
         params: Params = {"range": range_, "start": start, "end": end}
         return self._get(DeviceHistoryOut, "/api/v1/history/devices", params)
+
+    def names(self) -> NamesOut:
+        """Every project's and node's name, sorted (cheap: nothing else is read)."""
+        return self._get(NamesOut, "/api/v1/names")
 
     def departments(self) -> list[ProjectOut]:
         return self._many(ProjectOut, self._request("GET", "/api/v1/departments"))
@@ -317,27 +400,101 @@ class GpupoolClient:
     def list_workloads(
         self,
         project: str | None = None,
-        status: str | None = None,
-        type: str | None = None,
+        status: WorkloadStatus | str | None = None,
+        type: WorkloadType | str | None = None,
         limit: int = 100,
         offset: int = 0,
+        *,
+        user: str | None = None,
+        node: str | None = None,
+        q: str | None = None,
+        sort: WorkloadSort | None = None,
+        order: SortOrder | None = None,
     ) -> WorkloadPage:
+        """One page of the workloads the caller may see (`limit` 1 to 10,000 from `offset`);
+        `total` counts every match. Filters: `project`, `status`, `type`, `user` (who submitted
+        it), `node` (has a live task there), `q` (a substring of the name, any case). `sort`
+        (default: submission order) and `order` (`asc`, `desc`)."""
         params: Params = {
             "project": project,
             "status": status,
             "type": type,
             "limit": limit,
             "offset": offset,
+            "user": user,
+            "node": node,
+            "q": q,
+            "sort": sort,
+            "order": order,
         }
         return self._get(WorkloadPage, "/api/v1/workloads", params)
 
+    def iter_workloads(
+        self,
+        project: str | None = None,
+        status: WorkloadStatus | str | None = None,
+        type: WorkloadType | str | None = None,
+        *,
+        user: str | None = None,
+        node: str | None = None,
+        q: str | None = None,
+        sort: WorkloadSort | None = None,
+        order: SortOrder | None = None,
+        page_size: int = 500,
+    ) -> Iterator[WorkloadOut]:
+        """Every workload `list_workloads` matches, a page of `page_size` at a time."""
+        offset = 0
+        while True:
+            page = self.list_workloads(
+                project,
+                status,
+                type,
+                page_size,
+                offset,
+                user=user,
+                node=node,
+                q=q,
+                sort=sort,
+                order=order,
+            )
+            yield from page.items
+            offset += len(page.items)
+            if not page.items or offset >= page.total:
+                return
+
     def describe(self, project: str, name: str) -> WorkloadDetail:
+        """The workload with its tasks (every run: node, devices, exit code) and its events."""
         return self._get(WorkloadDetail, _workload_path(project, name))
 
+    def wait(
+        self,
+        project: str,
+        name: str,
+        until: Collection[WorkloadStatus | str] = FINISHED,
+        *,
+        timeout_s: float = 600,
+        poll_interval_s: float = 1.0,
+    ) -> WorkloadDetail:
+        """Poll `describe` until the workload's status is one of `until` (default: completed
+        or failed) and return it; `WaitTimeout` after `timeout_s`. An `ApiError` (a workload
+        deleted meanwhile: 404) ends the wait too."""
+        deadline = time.monotonic() + timeout_s
+        wanted = {str(status) for status in until}
+        while True:
+            detail = self.describe(project, name)
+            if detail.status in wanted:
+                return detail
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WaitTimeout(project, name, detail.status, timeout_s)
+            time.sleep(min(poll_interval_s, left))
+
     def suspend(self, project: str, name: str) -> WorkloadOut:
+        """Stop a pending or running workload's tasks and keep it (`suspended`); 409 else."""
         return self._post(WorkloadOut, f"{_workload_path(project, name)}/suspend")
 
     def resume(self, project: str, name: str) -> WorkloadOut:
+        """Make a suspended workload pending again; 409 when it is not suspended."""
         return self._post(WorkloadOut, f"{_workload_path(project, name)}/resume")
 
     def delete(self, project: str, name: str) -> WorkloadOut:
@@ -363,6 +520,43 @@ class GpupoolClient:
             if value is not None:
                 params[key] = value
         return self._get(LogChunk, f"{_workload_path(project, name)}/logs", params)
+
+    def iter_log(
+        self,
+        project: str,
+        name: str,
+        task: int = 0,
+        *,
+        run: int | None = None,
+        since: float | None = None,
+        tail: int | None = None,
+        follow: bool = False,
+        poll_interval_s: float = 1.0,
+    ) -> Iterator[str]:
+        """The text of a task's log, page after page (`logs` pages of up to 1 MiB). Without
+        `follow` it ends at the log's current end; with it, it polls every `poll_interval_s`
+        until the task has ended and its whole log is read. `run`, `since`, `tail`: as `logs`.
+        A chunk may end inside a line: join the pieces (`"".join(...)`) before splitting."""
+        offset: int | None = None
+        while True:
+            chunk = self.logs(
+                project,
+                name,
+                task,
+                offset or 0,
+                run=run,
+                since=since,
+                tail=tail if offset is None else None,
+            )
+            offset = chunk.next_offset
+            if chunk.text:
+                yield chunk.text
+            if chunk.complete:
+                return
+            if not chunk.text:
+                if not follow:
+                    return
+                time.sleep(poll_interval_s)
 
     # -- users ------------------------------------------------------------------------------
 
