@@ -87,7 +87,8 @@ class ApiError(ClientError):
     `status` is the HTTP status (401 no or unknown token, 403 not allowed, 404 not found, 409
     conflict: a name taken or a state that does not allow it, 422 invalid input), `detail` the
     server's sentence saying what was wrong and how to fix it, `errors` one `ErrorDetail`
-    (`field`, `message`) per invalid field. `str(error)` is the detail and the field errors.
+    (`field`, `message`) per invalid field. `str(error)` is the detail and the field errors it
+    does not already say.
     An answer this client cannot read also raises it, with the status of that answer.
     """
 
@@ -96,7 +97,9 @@ class ApiError(ClientError):
         self.detail = detail
         self.errors = list(errors or [])
         lines = [detail] + [
-            f"{e.field}: {e.message}" if e.field else e.message for e in errors or []
+            f"{e.field}: {e.message}" if e.field else e.message
+            for e in errors or []
+            if e.message not in detail  # a field error the detail already says, said once
         ]
         super().__init__("\n  ".join(lines))
 
