@@ -255,6 +255,7 @@ def test_list_shows_exit_code_preemptions_and_formats(admin: Cli, api: GpupoolCl
     )
     described = yaml.safe_load(admin("describe", name, "-p", project, "-o", "yaml").stdout)
     assert described["name"] == name and described["preemptions"] == 0
+    assert described["exit_code"] == 0  # describe says it too, not only list
     shown = admin("describe", name, "-p", project, "-o", "wide")
     assert "Exit code" in shown.stdout
 
