@@ -22,7 +22,12 @@ from gpupool.api.schemas import (
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind
 from gpupool.server.auth import Principal
 from gpupool.server.db import ProjectRow, TaskRow, WorkloadRow, physical_devices
-from gpupool.server.services.workloads import FINISHED, LIVE_TASK_STATES, view
+from gpupool.server.services.workloads import (
+    FINISHED,
+    LIVE_TASK_STATES,
+    finished_exit_code,
+    view,
+)
 
 MEMORY_MIB_PER_GPU = 81920
 """What a `gpu_memory` request is counted as when sorting by GPU (an 80 GiB device)."""
@@ -177,10 +182,4 @@ def _tasks(session: Session, ids: Sequence[int]) -> dict[int, list[_Task]]:
 
 def _exit_code(tasks: Sequence[_Task]) -> int | None:
     """The first non-zero exit code among each task's last run, else 0; None if none known."""
-    last: dict[int, _Task] = {}
-    for task in tasks:
-        last[task.task_index] = task
-    codes = [task.exit_code for task in last.values() if task.exit_code is not None]
-    if not codes:
-        return None
-    return next((code for code in codes if code != 0), 0)
+    return finished_exit_code((task.task_index, task.exit_code) for task in tasks)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import insert, select, update
@@ -205,6 +205,19 @@ def get_row(session: Session, project: str, name: str, who: Principal) -> Worklo
     return row
 
 
+def finished_exit_code(runs: Iterable[tuple[int, int | None]]) -> int | None:
+    """A finished workload's exit code from its task runs, `(task_index, exit_code)` in
+    creation order: the first non-zero code among each task's last run, else 0; None if no
+    code is known."""
+    last: dict[int, int | None] = {}
+    for task_index, exit_code in runs:
+        last[task_index] = exit_code
+    codes = [code for code in last.values() if code is not None]
+    if not codes:
+        return None
+    return next((code for code in codes if code != 0), 0)
+
+
 def detail(session: Session, row: WorkloadRow) -> WorkloadDetail:
     tasks = session.scalars(
         select(TaskRow).where(TaskRow.workload_id == row.id).order_by(TaskRow.id)
@@ -218,6 +231,8 @@ def detail(session: Session, row: WorkloadRow) -> WorkloadDetail:
     ).all()
     running = sum(1 for task in tasks if task.state == TaskState.RUNNING.value)
     base = view(row, running)
+    if row.status in FINISHED:
+        base.exit_code = finished_exit_code((task.task_index, task.exit_code) for task in tasks)
     return WorkloadDetail(
         **base.model_dump(),
         task_list=[task_view(task) for task in tasks],
