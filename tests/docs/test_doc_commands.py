@@ -208,8 +208,8 @@ def _continued(lines: list[str], index: int, first: str) -> tuple[str, int]:
     return "\n".join(parts), index
 
 
-def commands_in(page: Path) -> list[Command]:
-    name = page.relative_to(ROOT).as_posix()
+def commands_in(page: Path, name: str | None = None) -> list[Command]:
+    name = name or page.relative_to(ROOT).as_posix()
     found: list[Command] = []
     for block in fenced_blocks(page.read_text(encoding="utf-8")):
         lines = block.lines
@@ -242,9 +242,9 @@ PLACEHOLDER = re.compile(r"[\[\]|]|\.\.\.|\b[A-Z][A-Z0-9_]*\b")
 LOOKS_LIKE_A_COMMAND = re.compile(r"^(\$ |gpupool |\.venv/bin/|python3? )")
 
 
-def stray_commands(page: Path) -> list[str]:
+def stray_commands(page: Path, name: str | None = None) -> list[str]:
     """Concrete commands in blocks that are not run (see the module's docstring)."""
-    name = page.relative_to(ROOT).as_posix()
+    name = name or page.relative_to(ROOT).as_posix()
     stray = []
     for block in fenced_blocks(page.read_text(encoding="utf-8")):
         if block.language in RUN_LANGUAGES or block.language == CONSOLE:
@@ -261,6 +261,58 @@ def stray_commands(page: Path) -> list[str]:
 
 ALL_COMMANDS = [command for page in PAGES for command in commands_in(page)]
 RUN_PAGES = sorted({c.page for c in ALL_COMMANDS if c.text not in NOT_RUN})
+
+
+SAMPLE = """\
+```bash
+gpupool up   # a comment stays
+# a comment line is skipped
+
+gpupool submit a --gpu 1 \\
+  -- python train.py
+cat > f.yaml <<'EOF'
+name: x
+EOF
+gpupool server &
+```
+
+```console
+$ gpupool list
+ NAME
+$ gpupool submit b --gpu 1.5 -- true
+error: gpu: a fraction must be between 0 and 1
+```
+
+```
+gpupool up [--port 8000]
+gpupool down
+$ gpupool top
+```
+"""
+
+
+def test_the_rule_for_what_counts_as_a_command(tmp_path: Path) -> None:
+    page = tmp_path / "sample.md"
+    page.write_text(SAMPLE)
+    found = [(c.line, c.text, c.expected_error) for c in commands_in(page, "sample.md")]
+    assert found == [
+        (2, "gpupool up   # a comment stays", None),
+        (5, "gpupool submit a --gpu 1 \\\n  -- python train.py", None),
+        (7, "cat > f.yaml <<'EOF'\nname: x\nEOF", None),
+        (10, "gpupool server &", None),
+        (14, "gpupool list", None),
+        (
+            16,
+            "gpupool submit b --gpu 1.5 -- true",
+            "error: gpu: a fraction must be between 0 and 1",
+        ),
+    ]
+    assert BACKGROUND.match("gpupool server &  # note") is not None
+    assert BACKGROUND.match("a && b") is None
+    assert stray_commands(page, "sample.md") == [
+        "sample.md:22: gpupool down",
+        "sample.md:23: $ gpupool top",
+    ]
 
 
 def test_commands_are_only_in_command_blocks() -> None:
