@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator
+from typing import Any, Final
 
 from gpupool.core.capacity import SessionCapacity
 from gpupool.core.model import (
@@ -20,7 +21,7 @@ from gpupool.core.model import (
     Workload,
 )
 from gpupool.core.policies import create_policy
-from gpupool.core.policies.base import PodShape, PolicyContext, TypicalShape
+from gpupool.core.policies.base import PodShape, PolicyContext, Scored, TypicalShape
 from gpupool.core.session import Session, TaskAlloc, WorkRecord
 
 TYPICAL_WEIGHT_STEP = 100
@@ -53,6 +54,10 @@ def cycle_typical(
         if weight > 0:
             shapes.append(TypicalShape(PodShape(cpu // n, memory // n, count, milli), weight))
     return tuple(shapes)
+
+
+_UNSCORED: Final[Any] = object()
+"""What `Placer._scores` answers for a shape not scored yet on a node."""
 
 
 class _RotatingPick:
@@ -132,6 +137,13 @@ class Placer:
         models: dict[str | None, int] = {}
         self._model_of = [models.setdefault(n.gpu_model, len(models)) for n in session.nodes]
         self._models_allowed: dict[frozenset[int] | None, int] = {None: len(models)}
+        self._scores: list[dict[int, Scored | None]] = [{} for _ in session.nodes]
+        """Per node, the policy's score by shape (`id` of a `PodShape` from `_shapes`, which
+        keeps them all for the cycle), valid while the node's version is `_scored_at[node]`.
+        A policy scores a node from that node's own state alone (`policies.base`), so a node
+        nothing changed on since scores the same: most candidates of one search are scored
+        again by the next."""
+        self._scored_at = [0] * len(session.nodes)
         self.capacity = SessionCapacity(session, self._pinned_now)
         self._pick = _RotatingPick(session.snapshot.now_s)
         self.policy = create_policy(
@@ -310,10 +322,20 @@ class Placer:
             candidates = candidates[first:] + candidates[:first]
         fixed = None if request.kind is GpuRequestKind.MEMORY else self._shape(workload, 0)
         best: tuple[float, int, tuple[int, ...], PodShape] | None = None
+        scores = self._scores
+        scored_at = self._scored_at
+        versions = self.session.node_version
         for node in candidates:
             # the candidates fit (devices, CPU, memory, selector): only the score is asked for
             shape = fixed or self._shape(workload, node)
-            scored = policy.score(view, node, shape)
+            memo = scores[node]
+            version = versions[node]
+            if scored_at[node] != version:
+                memo.clear()
+                scored_at[node] = version
+            scored = memo.get(id(shape), _UNSCORED)
+            if scored is _UNSCORED:
+                scored = memo[id(shape)] = policy.score(view, node, shape)
             if scored is None:
                 continue
             if best is not None and (

@@ -161,6 +161,9 @@ class Session:
         self.max_gpus_per_node = max((n.gpu_count for n in nodes), default=0)
         self.max_device_memory_mib = max((n.gpu_memory_mib for n in nodes), default=1)
         self.empty_count = [n.gpu_count for n in nodes]
+        self.node_version = [0] * len(nodes)
+        """Per node, a count of the changes to what runs there (devices, CPU, memory, tags):
+        a placement policy's score for the node stays valid while it is unchanged."""
         self.nodes_by_empty: list[dict[int, None]] = [{} for _ in range(self.max_gpus_per_node + 1)]
         self.shared_by_free: dict[int, dict[tuple[int, int], None]] = {}
         self.shared_free_keys: list[int] = []
@@ -447,6 +450,7 @@ class Session:
         shared bucket, a node whose number of empty devices changed to the end of its bucket
         (once per call: every device changes the same way, so the intermediate buckets a
         device-by-device update would pass through end up as they were)."""
+        self.node_version[node] += 1
         used = self.device_used[node]
         memory_used = self.device_memory_used[node]
         empty_delta = 0
