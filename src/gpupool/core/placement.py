@@ -320,29 +320,34 @@ class Placer:
         if rotate and len(candidates) > 1:
             first = self._pick(len(candidates))
             candidates = candidates[first:] + candidates[:first]
-        fixed = None if request.kind is GpuRequestKind.MEMORY else self._shape(workload, 0)
+        per_node = request.kind is GpuRequestKind.MEMORY
+        shape = self._shape(workload, 0)
+        shape_id = id(shape)
+        shared = request.is_shared
         best: tuple[float, int, tuple[int, ...], PodShape] | None = None
         scores = self._scores
         scored_at = self._scored_at
         versions = self.session.node_version
         for node in candidates:
             # the candidates fit (devices, CPU, memory, selector): only the score is asked for
-            shape = fixed or self._shape(workload, node)
+            if per_node:
+                shape = self._shape(workload, node)
+                shape_id = id(shape)
             memo = scores[node]
             version = versions[node]
             if scored_at[node] != version:
                 memo.clear()
                 scored_at[node] = version
-            scored = memo.get(id(shape), _UNSCORED)
+            scored = memo.get(shape_id, _UNSCORED)
             if scored is _UNSCORED:
-                scored = memo[id(shape)] = policy.score(view, node, shape)
+                scored = memo[shape_id] = policy.score(view, node, shape)
             if scored is None:
                 continue
             if best is not None and (
                 scored[0] > best[0] or (scored[0] == best[0] and (rotate or node > best[1]))
             ):
                 continue
-            if request.is_shared and not self._memory_fits(workload, node, scored[1]):
+            if shared and not self._memory_fits(workload, node, scored[1]):
                 continue
             best = (scored[0], node, scored[1], shape)
         if best is None:
@@ -406,8 +411,18 @@ class Placer:
         pins = self._pins
         offer = self._offer(allowed)
         found: list[int] = []
+        # `_node_fits`, inline: this loop runs for every whole-GPU task placed
+        cpu_free = self.session.cpu_free
+        memory_free = self.session.memory_free
+        cpu = workload.cpu_milli
+        memory = workload.memory_mib
         for node in self._nodes_with_empty(needed):
-            if not self._node_fits(node, workload, allowed, excluded):
+            if (
+                node == excluded
+                or (allowed is not None and node not in allowed)
+                or cpu_free[node] < cpu
+                or memory_free[node] < memory
+            ):
                 continue
             if pins and node in pins:
                 used = self.session.device_used[node]
@@ -431,14 +446,31 @@ class Placer:
         request = workload.gpu
         allowed = self._allowed(workload)
         smallest = request.milli_on(s.max_device_memory_mib)
+        # `_node_fits`, inline: this loop runs for every fraction placed
+        cpu_free = s.cpu_free
+        memory_free = s.memory_free
+        cpu = workload.cpu_milli
+        memory = workload.memory_mib
+        # a fraction costs the same on every device; a memory request depends on the node's
+        per_node = request.kind is GpuRequestKind.MEMORY
+        milli = request.amount
+        nodes = s.nodes
         found: dict[int, None] = {}
         keys = s.shared_free_keys
+        by_free = s.shared_by_free
         offer = self._offer(allowed)
         for free in keys[bisect.bisect_left(keys, smallest) :]:
-            for node, _device in s.shared_by_free[free]:
-                if node in found or not self._node_fits(node, workload, allowed, excluded):
+            for node, _device in by_free[free]:
+                if (
+                    node in found
+                    or node == excluded
+                    or (allowed is not None and node not in allowed)
+                    or cpu_free[node] < cpu
+                    or memory_free[node] < memory
+                ):
                     continue
-                milli = request.milli_on(s.nodes[node].gpu_memory_mib)
+                if per_node:
+                    milli = request.milli_on(nodes[node].gpu_memory_mib)
                 if milli > free or (max_milli is not None and milli > max_milli):
                     continue
                 if offer.take(node):
@@ -450,7 +482,13 @@ class Placer:
         offer = self._offer(allowed)
         pins = self._pins
         for node in self._nodes_with_empty(1):
-            if node in found or not self._node_fits(node, workload, allowed, excluded):
+            if (
+                node in found
+                or node == excluded
+                or (allowed is not None and node not in allowed)
+                or cpu_free[node] < cpu
+                or memory_free[node] < memory
+            ):
                 continue
             if pins and node in pins:
                 used = s.device_used[node]

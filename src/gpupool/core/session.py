@@ -387,49 +387,74 @@ class Session:
         spec = work.spec
         node = alloc.node
         milli = alloc.milli_per_device
-        self._change_devices(node, alloc.devices, milli, alloc.memory_mib_per_device)
-        self.cpu_free[node] -= spec.cpu_milli
-        self.memory_free[node] -= spec.memory_mib
+        devices = alloc.devices
+        self._change_devices(node, devices, milli, alloc.memory_mib_per_device)
+        cpu = spec.cpu_milli
+        memory = spec.memory_mib
+        self.cpu_free[node] -= cpu
+        self.memory_free[node] -= memory
         if work.allocs is _NO_ALLOCS:
             work.allocs = {}
         work.allocs[alloc.task_index] = alloc
-        gpu = milli * len(alloc.devices)
-        cpu = spec.cpu_milli
-        memory = spec.memory_mib
-        nonpreemptible = not work.preemptible
-        for holding, nonpreemptible_holding in self._holders[work.project]:
-            holding[0] += gpu
-            holding[1] += cpu
-            holding[2] += memory
-            if nonpreemptible:
+        gpu = milli * len(devices)
+        if work.preemptible:
+            for holding, _nonpreemptible in self._holders[work.project]:
+                holding[0] += gpu
+                holding[1] += cpu
+                holding[2] += memory
+        else:
+            for holding, nonpreemptible_holding in self._holders[work.project]:
+                holding[0] += gpu
+                holding[1] += cpu
+                holding[2] += memory
                 nonpreemptible_holding[0] += gpu
                 nonpreemptible_holding[1] += cpu
                 nonpreemptible_holding[2] += memory
-        if spec.gpu.kind is _FRACTION and spec.gpu.is_burstable:
+        request = spec.gpu
+        if request.kind is _FRACTION and request.is_burstable:
             self.burstable_works[work.index] = None
-        self._tag(alloc, 1)
+        if devices:  # `_tag(alloc, 1)`, inline: every placement runs it
+            tag = 0 if milli < MILLI_PER_GPU else len(devices)
+            tags = self.node_tags[node]
+            count = tags.get(tag, 0) + 1
+            if count:
+                tags[tag] = count
+            else:
+                del tags[tag]
 
     def _remove_alloc(self, work: WorkRecord, task_index: int) -> TaskAlloc:
         alloc = work.allocs.pop(task_index)
         spec = work.spec
         node = alloc.node
         milli = alloc.milli_per_device
-        self._change_devices(node, alloc.devices, -milli, -alloc.memory_mib_per_device)
-        self.cpu_free[node] += spec.cpu_milli
-        self.memory_free[node] += spec.memory_mib
-        gpu = milli * len(alloc.devices)
+        devices = alloc.devices
+        self._change_devices(node, devices, -milli, -alloc.memory_mib_per_device)
         cpu = spec.cpu_milli
         memory = spec.memory_mib
-        nonpreemptible = not work.preemptible
-        for holding, nonpreemptible_holding in self._holders[work.project]:
-            holding[0] -= gpu
-            holding[1] -= cpu
-            holding[2] -= memory
-            if nonpreemptible:
+        self.cpu_free[node] += cpu
+        self.memory_free[node] += memory
+        gpu = milli * len(devices)
+        if work.preemptible:
+            for holding, _nonpreemptible in self._holders[work.project]:
+                holding[0] -= gpu
+                holding[1] -= cpu
+                holding[2] -= memory
+        else:
+            for holding, nonpreemptible_holding in self._holders[work.project]:
+                holding[0] -= gpu
+                holding[1] -= cpu
+                holding[2] -= memory
                 nonpreemptible_holding[0] -= gpu
                 nonpreemptible_holding[1] -= cpu
                 nonpreemptible_holding[2] -= memory
-        self._tag(alloc, -1)
+        if devices:  # `_tag(alloc, -1)`, inline: every removal runs it
+            tag = 0 if milli < MILLI_PER_GPU else len(devices)
+            tags = self.node_tags[node]
+            count = tags.get(tag, 0) - 1
+            if count:
+                tags[tag] = count
+            else:
+                del tags[tag]
         return alloc
 
     def _tag(self, alloc: TaskAlloc, sign: int) -> None:
@@ -451,13 +476,14 @@ class Session:
         (once per call: every device changes the same way, so the intermediate buckets a
         device-by-device update would pass through end up as they were)."""
         self.node_version[node] += 1
-        used = self.device_used[node]
         memory_used = self.device_memory_used[node]
-        empty_delta = 0
         for device in devices:
             memory_used[device] += memory
-            if not milli:
-                continue
+        if not milli:
+            return
+        used = self.device_used[node]
+        empty_delta = 0
+        for device in devices:
             before = used[device]
             after = before + milli
             used[device] = after
@@ -469,8 +495,6 @@ class Session:
                 empty_delta -= 1
             elif after == 0:
                 empty_delta += 1
-        if not milli:
-            return
         self.used_gpu_milli += milli * len(devices)
         if empty_delta:
             old = self.empty_count[node]
