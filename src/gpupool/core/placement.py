@@ -84,13 +84,16 @@ class _Offer:
     simply `limit`). Per model, because a fragmentation-aware policy decides between models
     (which nodes to keep free for work that needs a scarce one) only if it sees them."""
 
-    __slots__ = ("_counts", "_left", "_limit", "_model_of")
+    __slots__ = ("_counts", "_left", "_limit", "_model_of", "full")
 
     def __init__(self, limit: int, models: int, model_of: list[int]) -> None:
         self._limit = limit
         self._left = models
         self._model_of = model_of
         self._counts: dict[int, int] = {}
+        self.full = models <= 0
+        """Every model the workload may use has its `limit` (an attribute, not a property:
+        it is read after every candidate taken)."""
 
     def take(self, node: int) -> bool:
         model = self._model_of[node]
@@ -100,11 +103,8 @@ class _Offer:
         self._counts[model] = count + 1
         if count + 1 == self._limit:
             self._left -= 1
+            self.full = self._left <= 0
         return True
-
-    @property
-    def full(self) -> bool:
-        return self._left <= 0
 
 
 class Placer:
@@ -144,7 +144,7 @@ class Placer:
         nothing changed on since scores the same: most candidates of one search are scored
         again by the next."""
         self._scored_at = [0] * len(session.nodes)
-        self.capacity = SessionCapacity(session, self._pinned_now)
+        self.capacity = SessionCapacity(session, self._pinned_now, self._pins)
         self._pick = _RotatingPick(session.snapshot.now_s)
         self.policy = create_policy(
             session.settings.placement,
