@@ -35,10 +35,15 @@ def cycle_typical(
     """The target workload a policy keeps room for: the tasks now waiting, by GPU request, each
     with the mean CPU and memory of its tasks, weighted by task count (rounded)."""
     totals: dict[tuple[int, int], list[int]] = {}
+    whole = GpuRequestKind.WHOLE
+    fraction = GpuRequestKind.FRACTION
     for w in workloads:
         request = w.gpu
-        if request.kind is GpuRequestKind.WHOLE:
+        kind = request.kind
+        if kind is whole:
             key = (request.amount, MILLI_PER_GPU)
+        elif kind is fraction:
+            key = (1, request.amount)  # `milli_on`, inline: every pending workload comes here
         else:
             key = (1, request.milli_on(max_device_memory_mib))
         row = totals.get(key)

@@ -482,15 +482,27 @@ class Session:
         if not milli:
             return
         used = self.device_used[node]
+        by_free = self.shared_by_free
         empty_delta = 0
         for device in devices:
             before = used[device]
             after = before + milli
             used[device] = after
-            if 0 < before < MILLI_PER_GPU:
-                self._unindex_shared(node, device, MILLI_PER_GPU - before)
-            if 0 < after < MILLI_PER_GPU:
-                self._index_shared(node, device, MILLI_PER_GPU - after)
+            if 0 < before < MILLI_PER_GPU:  # out of its shared bucket
+                free = MILLI_PER_GPU - before
+                bucket = by_free[free]
+                del bucket[(node, device)]
+                if not bucket:
+                    del by_free[free]
+                    keys = self.shared_free_keys
+                    del keys[bisect.bisect_left(keys, free)]
+            if 0 < after < MILLI_PER_GPU:  # to the end of its new shared bucket
+                free = MILLI_PER_GPU - after
+                bucket = by_free.get(free)
+                if bucket is None:
+                    bucket = by_free[free] = {}
+                    bisect.insort(self.shared_free_keys, free)
+                bucket[(node, device)] = None
             if before == 0:
                 empty_delta -= 1
             elif after == 0:
@@ -502,20 +514,6 @@ class Session:
             del self.nodes_by_empty[old][node]
             self.nodes_by_empty[new][node] = None
             self.empty_count[node] = new
-
-    def _index_shared(self, node: int, device: int, free: int) -> None:
-        bucket = self.shared_by_free.get(free)
-        if bucket is None:
-            bucket = self.shared_by_free[free] = {}
-            bisect.insort(self.shared_free_keys, free)
-        bucket[(node, device)] = None
-
-    def _unindex_shared(self, node: int, device: int, free: int) -> None:
-        bucket = self.shared_by_free[free]
-        del bucket[(node, device)]
-        if not bucket:
-            del self.shared_by_free[free]
-            del self.shared_free_keys[bisect.bisect_left(self.shared_free_keys, free)]
 
     def set_burst_device(self, work: WorkRecord, task_index: int, device: int | None) -> None:
         """Node-level: where a placed dynamic fraction physically runs. Accounting unchanged."""
