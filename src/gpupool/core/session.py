@@ -498,11 +498,11 @@ class Session:
                     del keys[bisect.bisect_left(keys, free)]
             if 0 < after < MILLI_PER_GPU:  # to the end of its new shared bucket
                 free = MILLI_PER_GPU - after
-                bucket = by_free.get(free)
-                if bucket is None:
-                    bucket = by_free[free] = {}
+                into = by_free.get(free)
+                if into is None:
+                    into = by_free[free] = {}
                     bisect.insort(self.shared_free_keys, free)
-                bucket[(node, device)] = None
+                into[(node, device)] = None
             if before == 0:
                 empty_delta -= 1
             elif after == 0:
