@@ -26,6 +26,7 @@ tried again for that project in the same cycle.
 from __future__ import annotations
 
 import bisect
+import operator
 
 from gpupool.core.actions.allocate import (
     ShapeKey,
@@ -50,6 +51,7 @@ _PENDING = WorkState.PENDING
 _RUNNING = WorkState.RUNNING
 
 _FAIR, _QUOTA = 0, 1
+_order = operator.attrgetter("order")
 _NOTHING_TO_RECLAIM = "no over-quota work of other projects can be reclaimed to make it fit"
 
 
@@ -212,7 +214,7 @@ def _reclaim_candidates(ctx: CycleContext) -> list[VictimUnit]:
         if work.project in over and can_be_victim(session, work)
         for unit in victim_units(work)
     ]
-    units.sort(key=lambda u: u.order)
+    units.sort(key=_order)
     return units
 
 
@@ -364,6 +366,6 @@ def _candidates_by_project(ctx: CycleContext) -> dict[int, tuple[list[VictimUnit
             units.setdefault(work.project, []).extend(victim_units(work))
     result: dict[int, tuple[list[VictimUnit], list[int]]] = {}
     for project, project_units in units.items():
-        project_units.sort(key=lambda u: u.order)
+        project_units.sort(key=_order)
         result[project] = (project_units, [u.order[0] for u in project_units])
     return result
