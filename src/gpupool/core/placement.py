@@ -10,9 +10,10 @@ candidate node for the task and chooses its devices there.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any, Final
 
+from gpupool.core.candidates import Offer, RotatingPick
 from gpupool.core.capacity import SessionCapacity
 from gpupool.core.model import (
     MILLI_PER_GPU,
@@ -24,92 +25,10 @@ from gpupool.core.policies import create_policy
 from gpupool.core.policies.base import PodShape, PolicyContext, Scored, TypicalShape
 from gpupool.core.session import Session, TaskAlloc, WorkRecord
 
-TYPICAL_WEIGHT_STEP = 100
-"""The cycle's target workload weights are rounded to 1/this: the same mix from one cycle to
-the next gives the same target (and the policies' per-target work is kept)."""
-
-
-def cycle_typical(
-    workloads: Iterable[Workload], max_device_memory_mib: int
-) -> tuple[TypicalShape, ...]:
-    """The target workload a policy keeps room for: the tasks now waiting, by GPU request, each
-    with the mean CPU and memory of its tasks, weighted by task count (rounded)."""
-    totals: dict[tuple[int, int], list[int]] = {}
-    whole = GpuRequestKind.WHOLE
-    fraction = GpuRequestKind.FRACTION
-    for w in workloads:
-        request = w.gpu
-        kind = request.kind
-        if kind is whole:
-            key = (request.amount, MILLI_PER_GPU)
-        elif kind is fraction:
-            key = (1, request.amount)  # `milli_on`, inline: every pending workload comes here
-        else:
-            key = (1, request.milli_on(max_device_memory_mib))
-        row = totals.get(key)
-        if row is None:
-            row = totals[key] = [0, 0, 0]
-        row[0] += w.tasks
-        row[1] += w.cpu_milli * w.tasks
-        row[2] += w.memory_mib * w.tasks
-    tasks = sum(row[0] for row in totals.values())
-    shapes: list[TypicalShape] = []
-    for (count, milli), (n, cpu, memory) in sorted(totals.items()):
-        weight = round(n * TYPICAL_WEIGHT_STEP / tasks) / TYPICAL_WEIGHT_STEP
-        if weight > 0:
-            shapes.append(TypicalShape(PodShape(cpu // n, memory // n, count, milli), weight))
-    return tuple(shapes)
-
-
 _UNSCORED: Final[Any] = object()
 """What `Placer._scores` answers for a shape not scored yet on a node."""
 
-
-class _RotatingPick:
-    """The cycle's `pick(n)` for a policy that chooses at random (the benchmark's `random`): the
-    core holds no randomness, so it rotates through the choices from a start the snapshot's time
-    sets, and a cycle stays a function of its snapshot."""
-
-    __slots__ = ("_next",)
-
-    def __init__(self, start: int) -> None:
-        self._next = start
-
-    def __call__(self, count: int) -> int:
-        self._next += 1
-        return self._next % count
-
-
 NodeSelector = tuple[tuple[str, tuple[str, ...]], ...]
-
-
-class _Offer:
-    """Counts the candidates offered to the policy: at most `limit` of each GPU model, and
-    enough once every model the workload may use has its `limit` (on a cluster of one model,
-    simply `limit`). Per model, because a fragmentation-aware policy decides between models
-    (which nodes to keep free for work that needs a scarce one) only if it sees them."""
-
-    __slots__ = ("_counts", "_left", "_limit", "_model_of", "full")
-
-    def __init__(self, limit: int, models: int, model_of: list[int]) -> None:
-        self._limit = limit
-        self._left = models
-        self._model_of = model_of
-        self._counts: dict[int, int] = {}
-        self.full = models <= 0
-        """Every model the workload may use has its `limit` (an attribute, not a property:
-        it is read after every candidate taken)."""
-
-    def take(self, node: int) -> bool:
-        model = self._model_of[node]
-        count = self._counts.get(model, 0)
-        if count >= self._limit:
-            return False
-        self._counts[model] = count + 1
-        if count + 1 == self._limit:
-            self._left -= 1
-            self.full = self._left <= 0
-        return True
 
 
 class Placer:
@@ -150,7 +69,7 @@ class Placer:
         again by the next."""
         self._scored_at = [0] * len(session.nodes)
         self.capacity = SessionCapacity(session, self._pinned_now, self._pins)
-        self._pick = _RotatingPick(session.snapshot.now_s)
+        self._pick = RotatingPick(session.snapshot.now_s)
         self.policy = create_policy(
             session.settings.placement,
             PolicyContext(tuple(self.capacity.nodes), typical, self._pick),
@@ -399,13 +318,13 @@ class Placer:
         for count in buckets:
             yield from s.nodes_by_empty[count]
 
-    def _offer(self, allowed: frozenset[int] | None) -> _Offer:
+    def _offer(self, allowed: frozenset[int] | None) -> Offer:
         models = self._models_allowed.get(allowed)
         if models is None:
             assert allowed is not None
             models = self._models_allowed[allowed] = len({self._model_of[n] for n in allowed})
         limit = self.session.settings.placement_candidates
-        return _Offer(limit, models, self._model_of)
+        return Offer(limit, models, self._model_of)
 
     def _whole_candidates(
         self, workload: Workload, excluded: int | None, needed: int, first_only: bool = False
