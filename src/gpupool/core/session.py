@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import functools
 from typing import NamedTuple
 
 from gpupool.core.model import (
@@ -191,11 +192,15 @@ class Session:
         `_add_alloc` and `_remove_alloc`."""
 
         self.works: list[WorkRecord] = []
-        self.work_index: dict[str, int] = {}
         self.running_at_start: list[WorkRecord] = []
         """The works that run when the cycle starts, in order: the only ones that can be
         victims or movers (work started this cycle cannot)."""
         self._build_works(snapshot.workloads)
+
+    @functools.cached_property
+    def work_index(self) -> dict[str, int]:
+        """Workload name -> index in `works`; built when first asked for (the cycle does not)."""
+        return {work.spec.name: work.index for work in self.works}
 
     # --- building -------------------------------------------------------------------------
 
@@ -207,7 +212,6 @@ class Session:
         bucket in the order of its last change, as the incremental updates would have left it.
         """
         works = self.works
-        work_index = self.work_index
         project_index = self.project_index
         projects = self.projects
         largest = self.max_device_memory_mib
@@ -249,7 +253,6 @@ class Session:
             else:
                 task_milli = gpu.milli_on(largest)
             record = WorkRecord(index, spec, project, task_milli)
-            work_index[spec.name] = index
             works.append(record)
             if not spec.placements:
                 continue

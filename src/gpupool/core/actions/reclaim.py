@@ -312,8 +312,13 @@ def _append_reason(ctx: CycleContext, work: WorkRecord, note: str) -> None:
     base = ctx.reasons.get(work.index)
     if base is None:
         ctx.reasons[work.index] = note
-    elif note not in base:
-        ctx.reasons[work.index] = f"{base}; {note}"
+        return
+    # Most of a long queue appends one of a few notes to one of a few reasons: the outcome is
+    # kept by the pair (the same text, found without searching the reason again).
+    joined = ctx.joined_reasons.get((base, note))
+    if joined is None:
+        joined = ctx.joined_reasons[(base, note)] = base if note in base else f"{base}; {note}"
+    ctx.reasons[work.index] = joined
 
 
 def preempt(ctx: CycleContext) -> None:
