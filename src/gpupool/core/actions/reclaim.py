@@ -80,6 +80,17 @@ def _pending_in_order(ctx: CycleContext) -> list[WorkRecord]:
     return pending
 
 
+def _gang_to_start(work: WorkRecord) -> int:
+    """`CycleContext.gang_to_start`, without the method lookup: reclaim and preempt ask it of
+    every pending workload."""
+    if work.allocs:
+        return 0
+    spec = work.spec
+    tasks = spec.tasks
+    gang = spec.min_available
+    return len(range(tasks)[: tasks if gang is None else gang])
+
+
 def _bar(record: ProjectRecord, kind: int) -> int:
     return record.fair_share[GPU] if kind == _FAIR else record.spec.quota.gpu_milli
 
@@ -102,11 +113,12 @@ def reclaim(ctx: CycleContext) -> None:
     victim_projects: list[int] = []
     waits: dict[tuple[int, int, int, int], str] = {}
     """`_explain_no_reclaim`'s note by what it says: most of a long queue gets one of a few."""
+    limited = [bool(ctx.limit_levels(p)) for p in range(len(session.projects))]
     for work in _pending_in_order(ctx):
-        gang_size = ctx.gang_to_start(work)
+        gang_size = _gang_to_start(work)
         if not gang_size:
             continue
-        if not work.preemptible or ctx.limit_levels(work.project):
+        if not work.preemptible or limited[work.project]:
             ask = ctx.ask(work, gang_size)
             if ctx.quota_problem(work, ask) is not None:
                 continue
@@ -330,7 +342,7 @@ def preempt(ctx: CycleContext) -> None:
     for work in _pending_in_order(ctx):
         if budget <= 0:
             return
-        gang_size = ctx.gang_to_start(work)
+        gang_size = _gang_to_start(work)
         if not gang_size:
             continue
         if by_project is None:
