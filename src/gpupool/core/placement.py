@@ -25,6 +25,12 @@ from gpupool.core.policies import create_policy
 from gpupool.core.policies.base import PodShape, PolicyContext, Scored, TypicalShape
 from gpupool.core.session import Session, TaskAlloc, WorkRecord
 
+# Enum members as module globals: reading one from its class costs ten times as much in
+# Python 3.11, and a search reads them for every task placed.
+_WHOLE = GpuRequestKind.WHOLE
+_FRACTION = GpuRequestKind.FRACTION
+_MEMORY = GpuRequestKind.MEMORY
+
 _UNSCORED: Final[Any] = object()
 """What `Placer._scores` answers for a shape not scored yet on a node."""
 
@@ -220,18 +226,14 @@ class Placer:
         scores each and the lowest score wins, the earlier candidate on a tie."""
         request = workload.gpu
         policy = self.policy
-        if request.kind is GpuRequestKind.WHOLE:
+        if request.kind is _WHOLE:
             if request.amount > self.session.max_gpus_per_node:
                 return None
             candidates = self._whole_candidates(
                 workload, excluded, request.amount, policy.whole_in_offered_order
             )
         else:
-            if (
-                max_milli is not None
-                and request.kind is GpuRequestKind.FRACTION
-                and request.amount > max_milli
-            ):
+            if max_milli is not None and request.kind is _FRACTION and request.amount > max_milli:
                 return None
             candidates = self._shared_candidates(workload, excluded, max_milli)
         if not candidates:
@@ -244,7 +246,7 @@ class Placer:
         if rotate and len(candidates) > 1:
             first = self._pick(len(candidates))
             candidates = candidates[first:] + candidates[:first]
-        per_node = request.kind is GpuRequestKind.MEMORY
+        per_node = request.kind is _MEMORY
         shape = self._shape(workload, 0)
         shape_id = id(shape)
         shared = request.is_shared
@@ -291,7 +293,7 @@ class Placer:
         """The task as a policy sees it on `node` (a memory request's share depends on the
         node's device memory; node selectors and GPU models are the placer's filters)."""
         request = workload.gpu
-        if request.kind is GpuRequestKind.MEMORY:
+        if request.kind is _MEMORY:
             milli = request.milli_on(self.session.nodes[node].gpu_memory_mib)
         else:
             milli = request.amount if request.is_shared else MILLI_PER_GPU
@@ -376,7 +378,7 @@ class Placer:
         cpu = workload.cpu_milli
         memory = workload.memory_mib
         # a fraction costs the same on every device; a memory request depends on the node's
-        per_node = request.kind is GpuRequestKind.MEMORY
+        per_node = request.kind is _MEMORY
         milli = request.amount
         nodes = s.nodes
         found: dict[int, None] = {}
