@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from gpupool.api.schemas import WorkloadIn
 from gpupool.client.config import read_config
 from gpupool.client.http import GpupoolClient
 from gpupool.executors.local import live_task_groups
@@ -161,19 +162,15 @@ def test_founding_story_preempted_jobs_checkpoint_and_resume(cli: Cli) -> None:
     wait_for(
         lambda: all("starting from scratch" in cli.log(f"bob-{i}", "bob") for i in range(1, 5))
     )
-    for index in range(1, 3):
-        cli.run(
-            "submit",
-            f"patty-{index}",
-            "--project",
-            "patty",
-            "--gpu",
-            "1",
-            "--",
-            *train,
-            "--steps",
-            "20",
-        )
+    # Both of Patty's jobs through the API, back to back: a CLI start each (seconds on a loaded
+    # machine) could let her first job finish before the second is submitted, and Bob's job
+    # preempted for it would resume and be preempted again for the second (right, but another
+    # story).
+    with cli._client() as client:
+        for index in range(1, 3):
+            body = {"name": f"patty-{index}", "project": "patty", "gpu": 1, "grace_period_s": 30,
+                    "command": [*train, "--steps", "20"], "working_dir": str(cli.tmp)}  # fmt: skip
+            client.submit(WorkloadIn.model_validate(body))
     wait_for(
         lambda: all(
             cli.status(f"patty-{i}", "patty") in ("running", "completed") for i in range(1, 3)
