@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a benchmark run end to end: the slow tier
+
 BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "api.py"
 
 

@@ -29,6 +29,8 @@ from gpupool.server.db import (
     sqlite_url,
 )
 
+pytestmark = pytest.mark.slow  # a benchmark run end to end: the slow tier
+
 BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "dashboard.py"
 TINY = ["--workloads", "200", "--projects", "3", "--days", "2", "--nodes", "4"]
 

@@ -451,6 +451,7 @@ def _squash(text: str) -> str:
     return " ".join(text.split())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", RUN_PAGES)
 def test_page_commands_run(page: str, tmp_path: Path) -> None:
     work = tmp_path / "checkout"

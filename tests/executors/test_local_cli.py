@@ -309,6 +309,7 @@ sys.stdout.write("the last line\\n")
 """
 
 
+@pytest.mark.slow
 def test_logs_page_past_1_mib_tail_and_follow_to_the_last_line(cli: Cli) -> None:
     (cli.tmp / "big.py").write_text(BIG_LOG)
     cli.run("submit", "big", "--gpu", "1", "--", sys.executable, "-u", str(cli.tmp / "big.py"))

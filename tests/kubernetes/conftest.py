@@ -28,6 +28,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.kubernetes)
+            item.add_marker(pytest.mark.slow)  # a control plane per worker: the slow tier
 
 
 def _unavailable() -> str | None:

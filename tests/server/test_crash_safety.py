@@ -123,6 +123,7 @@ def cleanup() -> Iterator[list[ServerProcess]]:
         server.kill()
 
 
+@pytest.mark.slow
 def test_sigkill_loses_nothing_acknowledged_and_starts_nothing_twice(
     tmp_path: Path, cleanup: list[ServerProcess]
 ) -> None:

@@ -221,6 +221,7 @@ MIX: list[tuple[float, str, dict[str, object] | None]] = [
 ]
 
 
+@pytest.mark.slow
 def test_dynamic_fractions_move_at_most_once_per_change_of_demand(tmp_path: Path) -> None:
     """Two simulated hours of notebooks and fine-tuning jobs with dynamic fractions beside
     whole-GPU training that comes and goes, on the loop the server runs (database, simulated

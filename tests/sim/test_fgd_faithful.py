@@ -37,6 +37,7 @@ GPUSPEC_CURVE_TOLERANCE = 0.3
 """gpuspec10, two seeds: the curve no further than this from the published one anywhere."""
 
 
+@pytest.mark.slow
 def test_our_fgd_matches_the_published_fgd_on_the_default_trace() -> None:
     """Two seeds of the real trace (a few seconds): alloc@100 and the whole curve."""
     published = load_published_fgd(default_refs_dir())["default"]
@@ -105,6 +106,7 @@ def test_fgd_ties_go_to_the_node_the_artifacts_parallel_filter_finds_first() -> 
     assert tie_break(PolicyName.DEFAULT, 50, 42) == node_priority(50, 42)
 
 
+@pytest.mark.slow
 def test_our_fgd_tracks_the_published_curve_with_gpu_model_constraints() -> None:
     """gpuspec10: constrained pods fail from 40% arrived; which nodes the ties fill first
     decides how many (the seeded node priority left the curve 0.48 low at 74%)."""

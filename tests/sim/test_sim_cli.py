@@ -21,6 +21,7 @@ def simulate(*args: str | Path) -> Result:
     return result
 
 
+@pytest.mark.slow
 def test_smoke_writes_a_self_contained_report_and_json(tmp_path: Path) -> None:
     out, summary = tmp_path / "tmp" / "report.html", tmp_path / "tmp" / "s.json"
     result = simulate("--weeks", "1", "--seed", "1", "--out", out, "--json", summary)
@@ -42,6 +43,7 @@ def test_smoke_writes_a_self_contained_report_and_json(tmp_path: Path) -> None:
     assert str(out.resolve()) in result.output.replace("\n", "")
 
 
+@pytest.mark.slow
 def test_same_seed_same_files(tmp_path: Path) -> None:
     for run in ("a", "b"):
         args = ["--weeks", "1", "--seed", "2", "--policy", "guaranteed"]
@@ -53,6 +55,7 @@ def test_same_seed_same_files(tmp_path: Path) -> None:
     assert (tmp_path / "a.html").read_text() == (tmp_path / "b.html").read_text()
 
 
+@pytest.mark.slow
 def test_default_report_in_the_current_directory_and_json_on_stdout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
