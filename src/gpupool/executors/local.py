@@ -289,20 +289,20 @@ class LocalExecutor:
         checkpoint_dir = self.checkpoints_dir / launch.project / launch.workload
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         report_dir = self._gpus.report_dir if isinstance(self._gpus, DeclaredBackend) else None
-        env = task_environment(
-            dict(os.environ),
-            launch,
-            checkpoint_dir=checkpoint_dir,
-            mps_active=self._gpus.mps_active(),
-            fake_gpu_report_dir=report_dir,
-            master_port=run.master_port,
-        )
         command = list(launch.command) or ["sh", "-c", "echo 'gpupool: no command given' >&2"]
         # -I: the shim ignores the task's PYTHONPATH (and any sitecustomize on it).
         args = [self._python, "-I", "-m", "gpupool.executors.shim", str(self.state_dir)]
         args += [launch.launch_id, "--", *command]
         with run.log_path.open("ab") as log:
             try:
+                env = task_environment(
+                    dict(os.environ),
+                    launch,
+                    checkpoint_dir=checkpoint_dir,
+                    mps_active=self._gpus.mps_active(),
+                    fake_gpu_report_dir=report_dir,
+                    master_port=run.master_port,
+                )
                 process = subprocess.Popen(
                     args,
                     stdin=subprocess.DEVNULL,
@@ -312,7 +312,9 @@ class LocalExecutor:
                     cwd=_working_dir(launch, checkpoint_dir),
                     start_new_session=True,
                 )
-            except OSError as error:
+            except (OSError, ValueError, TypeError) as error:
+                # Not started, never will be (a NUL byte in the command, a missing program):
+                # the task ends as a failure with the reason, not as a stop to retry.
                 log.write(f"gpupool: cannot start the task: {error}\n".encode())
                 self._end(run, 127, f"cannot start: {error}", stopped=False)
                 return

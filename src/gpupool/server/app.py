@@ -143,6 +143,7 @@ def create_app(
         on_error=report,
         reader=reader,
         is_leader=elector.is_leader if elector is not None else None,
+        announce=lambda message: announce(f"scheduling loop: {message}"),
     )
     submitter = SubmitBatcher(writer, clock, loop.wake)
     state = ServerState(
