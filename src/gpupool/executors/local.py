@@ -21,13 +21,15 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from gpupool.clock import Clock
+from gpupool.executors import local_recovery
 from gpupool.executors.base import (
     DeviceInfo,
     Exit,
@@ -109,6 +111,7 @@ class LocalExecutor:
         watchdog_interval_s: float = 2.0,
         sample_interval_s: float = 5.0,
         python: str = sys.executable,
+        report: Callable[[str], None] | None = None,
     ) -> None:
         self.name = "local"
         self._gpus = gpus
@@ -128,8 +131,10 @@ class LocalExecutor:
         self._lock = threading.RLock()
         self._runs: dict[str, _Run] = {}
         self._journal_path = self.state_dir / "journal.jsonl"
-        self._replay()
+        self._report = report or _stderr
+        corrupt = self._replay_or_set_aside()
         self._journal: IO[str] | None = self._journal_path.open("a", encoding="utf-8")
+        self._adopt(corrupt)
 
     # -- the Executor protocol -----------------------------------------------------------------
 
@@ -476,6 +481,61 @@ class LocalExecutor:
         self._journal.flush()
         os.fsync(self._journal.fileno())
 
+    def _replay_or_set_aside(self) -> str | None:
+        """Replay the journal; if it is corrupt, move it aside (`journal.corrupt-TIME`) and
+        start from nothing (`_adopt` finds the tasks again). Returns what happened, or None."""
+        try:
+            self._replay()
+        except _CorruptJournalError as error:
+            self._runs.clear()
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock.now_s()))
+            aside = self.state_dir / f"journal.corrupt-{stamp}"
+            while aside.exists():
+                aside = aside.with_name(aside.name + "-1")
+            self._journal_path.rename(aside)
+            return f"the journal {self._journal_path} is corrupt ({error}); moved it to {aside}"
+        return None
+
+    def _adopt(self, corrupt: str | None) -> None:
+        """Tasks the journal does not name, found by their pid and exit files and processes
+        (`local_recovery`): running ones adopted, ended ones reported; never started again."""
+        found = local_recovery.find(self.state_dir, self._node, set(self._runs))
+        if not found:
+            if corrupt is not None:
+                self._report(f"gpupool: local executor: {corrupt}; no task to recover")
+            return
+        now = self._clock.now_s()
+        for item in found:
+            launch = item.launch
+            run = _Run(launch, now, log_path=self.logs_dir / f"{launch.launch_id}.log")
+            run.master_port = item.master_port
+            self._runs[launch.launch_id] = run
+            record: dict[str, Any] = {"op": "start", "at": now, "launch": launch.to_json()}
+            if item.master_port is not None:
+                record["master_port"] = item.master_port
+            self._append(record)
+            if item.running and item.pid is not None:
+                stat = _proc_stat(item.pid)
+                run.pid, run.start_ticks = item.pid, stat[1] if stat else None
+                self._append(
+                    {"op": "pid", "id": launch.launch_id, "pid": run.pid, "ticks": run.start_ticks}
+                )
+            elif item.exit_code is None:
+                self._end(run, _KILLED, "ended while the server was down (killed)", stopped=True)
+            elif item.stop_requested:
+                self._end(run, item.exit_code, f"stopped (exit code {item.exit_code})", True)
+            elif item.exit_code == 0:
+                self._end(run, 0, "completed", stopped=False)
+            else:
+                self._end(run, item.exit_code, f"exited with code {item.exit_code}", False)
+        running = sum(1 for item in found if item.running)
+        what = corrupt or f"no journal entry for tasks in {self.state_dir} (journal lost?)"
+        self._report(
+            f"gpupool: local executor: {what}; recovered from pid files and processes: "
+            f"{running} running task(s) adopted (not started again), "
+            f"{len(found) - running} ended task(s) to report"
+        )
+
     def _replay(self) -> None:
         if not self._journal_path.exists():
             return
@@ -484,34 +544,53 @@ class LocalExecutor:
         if len(whole) < len(data):
             with self._journal_path.open("r+b") as journal:
                 journal.truncate(len(whole))
-        for line in whole.decode("utf-8").splitlines():
-            record = json.loads(line)
-            op = record["op"]
-            if op == "start":
-                launch = Launch.from_json(record["launch"])
-                self._runs[launch.launch_id] = _Run(
-                    launch,
-                    record["at"],
-                    log_path=self.logs_dir / f"{launch.launch_id}.log",
-                    master_port=record.get("master_port"),
-                )
-                continue
-            run = self._runs[record["id"]]
-            if op == "pid":
-                run.pid, run.start_ticks = record["pid"], record["ticks"]
-            elif op == "stop":
-                run.stop_reason = "stopped before the server restarted"
-                run.kill_at_s = record["at"] + record["grace"]
-            elif op == "end":
-                run.ended = Exit(
-                    run.launch.launch_id,
-                    record["code"],
-                    record["at"],
-                    record["reason"],
-                    record["stopped"],
-                )
-            elif op == "ack":
-                run.acknowledged = True
+        try:
+            lines = whole.decode("utf-8").splitlines()
+        except UnicodeDecodeError as error:
+            raise _CorruptJournalError(f"not UTF-8: {error}") from None
+        for number, line in enumerate(lines, start=1):
+            try:
+                self._replay_record(json.loads(line))
+            except (ValueError, KeyError, TypeError, AttributeError) as error:
+                raise _CorruptJournalError(
+                    f"line {number}: {type(error).__name__}: {error}"
+                ) from None
+
+    def _replay_record(self, record: dict[str, Any]) -> None:
+        op = record["op"]
+        if op == "start":
+            launch = Launch.from_json(record["launch"])
+            self._runs[launch.launch_id] = _Run(
+                launch,
+                record["at"],
+                log_path=self.logs_dir / f"{launch.launch_id}.log",
+                master_port=record.get("master_port"),
+            )
+            return
+        run = self._runs[record["id"]]
+        if op == "pid":
+            run.pid, run.start_ticks = record["pid"], record["ticks"]
+        elif op == "stop":
+            run.stop_reason = "stopped before the server restarted"
+            run.kill_at_s = record["at"] + record["grace"]
+        elif op == "end":
+            run.ended = Exit(
+                run.launch.launch_id,
+                record["code"],
+                record["at"],
+                record["reason"],
+                record["stopped"],
+            )
+        elif op == "ack":
+            run.acknowledged = True
+
+
+class _CorruptJournalError(ValueError):
+    """A journal line that is not a record this executor wrote (the message says which)."""
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def _working_dir(launch: Launch, fallback: Path) -> Path:
@@ -531,14 +610,16 @@ def _memory_mib() -> int | None:
 
 
 def live_task_groups(data_dir: Path) -> list[int]:
-    """Process groups of local tasks (from the executor's journal) with a process still alive.
+    """Process groups of local tasks (from the executor's journal, and the live shims of this
+    data directory, which a lost journal does not hide) with a process still alive.
 
     A group whose leader is alive with another start time is someone else's (a reused pid)."""
     journal = data_dir / "local" / "journal.jsonl"
+    shims = set(local_recovery.live_shims(data_dir / "local").values())
     if not journal.exists():
-        return []
+        return sorted(shims)
     leaders: dict[int, int | None] = {}
-    for line in journal.read_text(encoding="utf-8").splitlines():
+    for line in journal.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
@@ -554,4 +635,4 @@ def live_task_groups(data_dir: Path) -> list[int]:
         if stat is not None and ticks is not None and stat[1] != ticks:
             continue
         alive.append(leader)
-    return sorted(alive)
+    return sorted(set(alive) | shims)

@@ -56,7 +56,7 @@ def default_executor(settings: ServerSettings, clock: Clock, announce: Announce)
                 f"gpupool: no NVIDIA GPU found ({note}); running with no GPUs: "
                 "use --fake-gpus 4x80G to declare some"
             )
-        return LocalExecutor(settings.data_dir, backend, clock)
+        return LocalExecutor(settings.data_dir, backend, clock, report=announce)
     if settings.executor == "kubernetes":
         from gpupool.executors.kubernetes.executor import (
             KubernetesExecutor,
