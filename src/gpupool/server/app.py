@@ -21,7 +21,7 @@ from gpupool.executors.kubernetes.leader import LeaderElector
 from gpupool.executors.kubernetes.settings import KubeSettings
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.simulated import SimulatedExecutor, parse_simulated_nodes
-from gpupool.server import migrate
+from gpupool.server import dbfaults, migrate, readiness
 from gpupool.server.auth import TokenCache
 from gpupool.server.batcher import SubmitBatcher
 from gpupool.server.db import make_engine, make_sessionmakers
@@ -123,7 +123,11 @@ def create_app(
     """The app. Nothing starts until its lifespan: migrations, first admin, the loop."""
     clock = clock or SystemClock()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(settings.effective_database_url)
+    engine = make_engine(
+        settings.effective_database_url,
+        connect_timeout_s=settings.database_connect_timeout_s,
+        statement_timeout_s=settings.database_statement_timeout_s,
+    )
     writer, reader = make_sessionmakers(engine)
     executor = executor or default_executor(settings, clock, announce)
     metrics = ServerMetrics()
@@ -194,7 +198,9 @@ def create_app(
     app.include_router(history.router)
     app.include_router(session.router)
     app.include_router(web.router)
+    app.include_router(readiness.router)
     _error_handlers(app)
+    dbfaults.install_handlers(app)
     return app
 
 

@@ -204,6 +204,11 @@ class SchedulingLoop:
                     self._stop.wait(0.2)
                     continue
                 self.run_once()
+                if self._backoff.failures:
+                    self._announce(
+                        f"the database answers again: resumed after {self._backoff.failures} "
+                        "failed iteration(s)"
+                    )
                 self._backoff.reset()
                 self.last_error = None
             except Exception as error:  # the loop must outlive one bad iteration
