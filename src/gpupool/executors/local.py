@@ -21,7 +21,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,9 +40,12 @@ from gpupool.executors.base import (
     unacknowledged_exits,
 )
 from gpupool.executors.gpus import DeclaredBackend, GpuBackend
+from gpupool.executors.local_recovery import group_members as _group_members
+from gpupool.executors.local_recovery import live_task_groups
+from gpupool.executors.local_recovery import proc_stat as _proc_stat
 from gpupool.executors.taskenv import task_environment
 
-__all__ = ["LocalExecutor", "local_node_name"]
+__all__ = ["LocalExecutor", "live_task_groups", "local_node_name"]
 
 _KILLED = 137
 
@@ -52,32 +54,6 @@ def local_node_name() -> str:
     """This machine's host name as a node name (lower case, letters, digits, '-')."""
     name = re.sub(r"[^a-z0-9-]+", "-", socket.gethostname().lower()).strip("-")
     return name or "local"
-
-
-def _proc_stat(pid: int) -> tuple[int, int] | None:
-    """(process group, start time in clock ticks) of a live process, or None."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()
-    if fields[0] == "Z":
-        return None
-    return int(fields[2]), int(fields[19])
-
-
-def _group_members(groups: set[int]) -> dict[int, list[int]]:
-    """Live pids per process group, for the groups asked about."""
-    members: dict[int, list[int]] = defaultdict(list)
-    if not groups:
-        return members
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        stat = _proc_stat(int(entry.name))
-        if stat is not None and stat[0] in groups:
-            members[stat[0]].append(int(entry.name))
-    return members
 
 
 @dataclass(slots=True)
@@ -488,11 +464,7 @@ class LocalExecutor:
             self._replay()
         except _CorruptJournalError as error:
             self._runs.clear()
-            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock.now_s()))
-            aside = self.state_dir / f"journal.corrupt-{stamp}"
-            while aside.exists():
-                aside = aside.with_name(aside.name + "-1")
-            self._journal_path.rename(aside)
+            aside = local_recovery.set_aside(self._journal_path, self._clock.now_s())
             return f"the journal {self._journal_path} is corrupt ({error}); moved it to {aside}"
         return None
 
@@ -500,10 +472,6 @@ class LocalExecutor:
         """Tasks the journal does not name, found by their pid and exit files and processes
         (`local_recovery`): running ones adopted, ended ones reported; never started again."""
         found = local_recovery.find(self.state_dir, self._node, set(self._runs))
-        if not found:
-            if corrupt is not None:
-                self._report(f"gpupool: local executor: {corrupt}; no task to recover")
-            return
         now = self._clock.now_s()
         for item in found:
             launch = item.launch
@@ -514,27 +482,18 @@ class LocalExecutor:
             if item.master_port is not None:
                 record["master_port"] = item.master_port
             self._append(record)
-            if item.running and item.pid is not None:
+            ending = item.ending()
+            if ending is not None:
+                self._end(run, *ending)
+            elif item.pid is not None:
                 stat = _proc_stat(item.pid)
                 run.pid, run.start_ticks = item.pid, stat[1] if stat else None
                 self._append(
                     {"op": "pid", "id": launch.launch_id, "pid": run.pid, "ticks": run.start_ticks}
                 )
-            elif item.exit_code is None:
-                self._end(run, _KILLED, "ended while the server was down (killed)", stopped=True)
-            elif item.stop_requested:
-                self._end(run, item.exit_code, f"stopped (exit code {item.exit_code})", True)
-            elif item.exit_code == 0:
-                self._end(run, 0, "completed", stopped=False)
-            else:
-                self._end(run, item.exit_code, f"exited with code {item.exit_code}", False)
-        running = sum(1 for item in found if item.running)
-        what = corrupt or f"no journal entry for tasks in {self.state_dir} (journal lost?)"
-        self._report(
-            f"gpupool: local executor: {what}; recovered from pid files and processes: "
-            f"{running} running task(s) adopted (not started again), "
-            f"{len(found) - running} ended task(s) to report"
-        )
+        message = local_recovery.summary(found, corrupt, self.state_dir)
+        if message is not None:
+            self._report(f"gpupool: local executor: {message}")
 
     def _replay(self) -> None:
         if not self._journal_path.exists():
@@ -607,32 +566,3 @@ def _memory_mib() -> int | None:
     except OSError:
         return None
     return None
-
-
-def live_task_groups(data_dir: Path) -> list[int]:
-    """Process groups of local tasks (from the executor's journal, and the live shims of this
-    data directory, which a lost journal does not hide) with a process still alive.
-
-    A group whose leader is alive with another start time is someone else's (a reused pid)."""
-    journal = data_dir / "local" / "journal.jsonl"
-    shims = set(local_recovery.live_shims(data_dir / "local").values())
-    if not journal.exists():
-        return sorted(shims)
-    leaders: dict[int, int | None] = {}
-    for line in journal.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if record.get("op") == "pid":
-            leaders[int(record["pid"])] = record.get("ticks")
-    members = _group_members(set(leaders))
-    alive = []
-    for leader, ticks in leaders.items():
-        if not members.get(leader):
-            continue
-        stat = _proc_stat(leader)
-        if stat is not None and ticks is not None and stat[1] != ticks:
-            continue
-        alive.append(leader)
-    return sorted(set(alive) | shims)

@@ -19,11 +19,40 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.executors.base import Launch
+
+
+def proc_stat(pid: int) -> tuple[int, int] | None:
+    """(process group, start time in clock ticks) of a live process, or None."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[2]), int(fields[19])
+
+
+def group_members(groups: set[int]) -> dict[int, list[int]]:
+    """Live pids per process group, for the groups asked about."""
+    members: dict[int, list[int]] = defaultdict(list)
+    if not groups:
+        return members
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        stat = proc_stat(int(entry.name))
+        if stat is not None and stat[0] in groups:
+            members[stat[0]].append(int(entry.name))
+    return members
+
 
 SHIM_MODULE = "gpupool.executors.shim"
 LAUNCH_ID_VARIABLE = "GPUPOOL_LAUNCH_ID"
@@ -41,6 +70,42 @@ class Found:
     """How it ended (None: it runs, or it left no exit record)."""
     stop_requested: bool = False
     running: bool = False
+
+    def ending(self) -> tuple[int, str, bool] | None:
+        """(exit code, reason, stopped) of a task found ended; None for one that runs."""
+        if self.running:
+            return None
+        code = self.exit_code
+        if code is None:
+            return KILLED, "ended while the server was down (killed)", True
+        if self.stop_requested:
+            return code, f"stopped (exit code {code})", True
+        return code, "completed" if code == 0 else f"exited with code {code}", False
+
+
+KILLED = 137
+
+
+def set_aside(journal: Path, now_s: float) -> Path:
+    """Move a corrupt journal to `journal.corrupt-TIME` (UTC) beside it; returns where."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now_s))
+    aside = journal.with_name(f"journal.corrupt-{stamp}")
+    while aside.exists():
+        aside = aside.with_name(aside.name + "-1")
+    journal.rename(aside)
+    return aside
+
+
+def summary(found: list[Found], corrupt: str | None, state_dir: Path) -> str | None:
+    """What a start recovered without a journal, in words; None when there is nothing to say."""
+    if not found:
+        return None if corrupt is None else f"{corrupt}; no task to recover"
+    running = sum(1 for item in found if item.running)
+    what = corrupt or f"no journal entry for tasks in {state_dir} (journal lost?)"
+    return (
+        f"{what}; recovered from pid files and processes: {running} running task(s) adopted "
+        f"(not started again), {len(found) - running} ended task(s) to report"
+    )
 
 
 def _read(path: str) -> bytes | None:
@@ -180,3 +245,32 @@ def find(state_dir: Path, node: str, known: set[str]) -> list[Found]:
         else:
             found.append(Found(placeholder, None, exit_code=ended[0], stop_requested=ended[1]))
     return found
+
+
+def live_task_groups(data_dir: Path) -> list[int]:
+    """Process groups of local tasks (from the executor's journal, and the live shims of this
+    data directory, which a lost journal does not hide) with a process still alive.
+
+    A group whose leader is alive with another start time is someone else's (a reused pid)."""
+    journal = data_dir / "local" / "journal.jsonl"
+    shims = set(live_shims(data_dir / "local").values())
+    if not journal.exists():
+        return sorted(shims)
+    leaders: dict[int, int | None] = {}
+    for line in journal.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record.get("op") == "pid":
+            leaders[int(record["pid"])] = record.get("ticks")
+    members = group_members(set(leaders))
+    alive = []
+    for leader, ticks in leaders.items():
+        if not members.get(leader):
+            continue
+        stat = proc_stat(leader)
+        if stat is not None and ticks is not None and stat[1] != ticks:
+            continue
+        alive.append(leader)
+    return sorted(set(alive) | shims)
