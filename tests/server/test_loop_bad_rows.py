@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import select, text
 from test_scheduler_loop import Harness
@@ -108,16 +109,18 @@ def test_a_launch_the_executor_keeps_refusing_fails_with_its_error(harness: Harn
     executor.start = start  # type: ignore[method-assign]
     harness.submit("a", "good", gpu=1)
     harness.submit("a", "refused", gpu=1)
+    step_s = isolation.START_GIVE_UP_S / (isolation.START_ATTEMPTS - 1)
     for _ in range(isolation.START_ATTEMPTS - 1):
         harness.loop.run_once()
         assert harness.status("refused") == "running"  # tried again: it may be passing
         assert [state for state, _ in harness.tasks("refused")] == ["starting"]
+        harness.clock.advance(step_s)
     assert harness.status("good") == "running"
     assert [state for state, _ in harness.tasks("good")] == ["running"]
     harness.loop.run_once()
     assert harness.status("refused") == "failed"
     reason = _reason(harness, "refused")
-    assert "cannot start task 0 (3 tries): RuntimeError: image pull failed" in reason
+    assert "cannot start task 0 (3 tries over 30 s): RuntimeError: image pull failed" in reason
     harness.loop.run_once()
     assert [state for state, _ in harness.tasks("refused")] == ["done"]
 
@@ -158,3 +161,27 @@ def test_a_decision_that_cannot_be_written_fails_its_workload_only(
     assert harness.status("unwritable") == "failed"
     assert "cannot be written: ValueError: cannot encode" in _reason(harness, "unwritable")
     assert harness.tasks("unwritable") == []
+
+
+def test_a_launch_waits_while_the_executor_cannot_be_reached(harness: Harness) -> None:
+    """A connection error says the executor's backend is away, not that the launch is bad:
+    however long it lasts, the workload waits and starts once the backend is back."""
+    executor = harness.loop._executor
+    original = executor.start
+    down = True
+
+    def start(launches: list[Launch]) -> None:
+        if down:
+            raise httpx.ConnectError("connection refused")
+        original(launches)
+
+    executor.start = start  # type: ignore[method-assign]
+    harness.submit("a", "job", gpu=1)
+    for _ in range(2 * isolation.START_ATTEMPTS):
+        harness.loop.run_once()
+        harness.clock.advance(isolation.START_GIVE_UP_S)
+    assert [state for state, _ in harness.tasks("job")] == ["starting"]
+    down = False
+    harness.loop.run_once()
+    assert harness.status("job") == "running"
+    assert [state for state, _ in harness.tasks("job")] == ["running"]

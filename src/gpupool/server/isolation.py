@@ -13,6 +13,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+import httpx
 from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
@@ -26,7 +27,9 @@ from gpupool.server.quarantine import describe
 
 START_ATTEMPTS = 3
 """How many iterations in a row a launch may fail to start before its workload fails (an
-executor may fail for a moment; a launch it can never start must not be tried forever)."""
+executor may fail for a moment; a launch it can never start must not be tried forever)..."""
+START_GIVE_UP_S = 30.0
+"""... and for at least this long since its first failure."""
 
 MAX_CULPRITS = 5
 """At most this many workloads are taken out of one cycle for breaking the core."""
@@ -115,12 +118,17 @@ def persist_apart(
 
 
 def start_apart(
-    executor: Executor, launches: Sequence[Launch], attempts: dict[str, int]
+    executor: Executor,
+    launches: Sequence[Launch],
+    failures: dict[str, tuple[int, float]],
+    now_s: float,
 ) -> tuple[list[Launch], dict[str, str]]:
     """After the executor failed to start a batch: each launch alone (a start is idempotent by
     launch id, so those of the batch that did start are not started twice). Returns the launches
-    started and launch id -> reason for those that failed `START_ATTEMPTS` times in a row;
-    `attempts` (launch id -> failures so far) is updated."""
+    started and launch id -> reason for those given up: failed `START_ATTEMPTS` times over at
+    least `START_GIVE_UP_S`. `failures` (launch id -> (failures, first at)) is updated. An
+    error that says the executor itself is unreachable (connection, timeout, HTTP 5xx or 429)
+    does not count: the launch waits for it to come back."""
     started: list[Launch] = []
     given_up: dict[str, str] = {}
     for launch in launches:
@@ -129,17 +137,30 @@ def start_apart(
         except Exception as error:
             if is_outage(error):
                 raise
-            attempts[launch.launch_id] = attempts.get(launch.launch_id, 0) + 1
-            if attempts[launch.launch_id] >= START_ATTEMPTS:
-                attempts.pop(launch.launch_id)
+            if executor_unreachable(error):
+                continue
+            count, first_s = failures.get(launch.launch_id, (0, now_s))
+            failures[launch.launch_id] = (count + 1, first_s)
+            if count + 1 >= START_ATTEMPTS and now_s - first_s >= START_GIVE_UP_S:
+                del failures[launch.launch_id]
                 given_up[launch.launch_id] = (
                     f"the {executor.name} executor cannot start task {launch.task_index} "
-                    f"({START_ATTEMPTS} tries): {describe(error)}"
+                    f"({count + 1} tries over {now_s - first_s:.0f} s): {describe(error)}"
                 )
             continue
-        attempts.pop(launch.launch_id, None)
+        failures.pop(launch.launch_id, None)
         started.append(launch)
     return started, given_up
+
+
+def executor_unreachable(error: BaseException) -> bool:
+    """Does `error` say the executor's backend (the Kubernetes API) cannot answer now?"""
+    if isinstance(error, httpx.TransportError | ConnectionError | TimeoutError):
+        return True
+    if isinstance(error, httpx.HTTPStatusError):
+        code = error.response.status_code
+        return code >= 500 or code == 429
+    return False
 
 
 Starting = Row[TaskRow, WorkloadRow, str, int]

@@ -126,7 +126,7 @@ class SchedulingLoop:
         self.history = history.HistoryRecorder()
         self._facts: history.CycleFacts | None = None
         self._announce = announce or (lambda message: None)
-        self._start_failures: dict[str, int] = {}
+        self._start_failures: dict[str, tuple[int, float]] = {}
         self._backoff = Backoff()
         self.last_iteration_s: float | None = None
         """When (clock time) the last iteration completed: what `/ready` looks at."""
@@ -793,7 +793,7 @@ class SchedulingLoop:
                 if is_outage(error):
                     raise
                 launches, given_up = isolation.start_apart(
-                    self._executor, launches, self._start_failures
+                    self._executor, launches, self._start_failures, self._clock.now_s()
                 )
                 problems.update({workload_of[launch]: why for launch, why in given_up.items()})
         now = self._clock.now_s()
