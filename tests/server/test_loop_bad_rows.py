@@ -185,3 +185,39 @@ def test_a_launch_waits_while_the_executor_cannot_be_reached(harness: Harness) -
     harness.loop.run_once()
     assert harness.status("job") == "running"
     assert [state for state, _ in harness.tasks("job")] == ["running"]
+
+
+def test_bad_rows_on_postgresql(tmp_path: Path, postgres_url: str) -> None:
+    """The same on PostgreSQL, which refuses JSON that does not parse at the door."""
+    harness = Harness(tmp_path, nodes="1x8", url=postgres_url)
+    try:
+        harness.project("a", 8)
+        cases = {
+            name: BAD_ROWS[name]
+            for name in BAD_ROWS
+            if name not in ("command-not-json", "node-selector-not-json")
+        }
+        for case, (column, value, _) in cases.items():
+            harness.submit("a", case, gpu=1)
+            if column in ("command", "env", "tolerations"):
+                with harness.writer.begin() as session:
+                    session.execute(
+                        text(f"UPDATE workloads SET {column} = CAST(:value AS json) "
+                             "WHERE name = :name"),
+                        {"value": value, "name": case},
+                    )  # fmt: skip
+            else:
+                _corrupt(harness, case, column, value)
+        harness.submit("a", "good", gpu=1, node_selector={"zone": ["a", "b"]})
+        for _ in range(3):
+            harness.loop.run_once()
+        assert harness.status("good") == "pending"  # no node has the label: read, not broken
+        harness.submit("a", "plain", gpu=1)
+        harness.loop.run_once()
+        harness.loop.run_once()
+        assert harness.status("plain") == "running"
+        for case, (_, _, expected) in cases.items():
+            assert harness.status(case) == "failed", case
+            assert expected in _reason(harness, case), case
+    finally:
+        harness.engine.dispose()
