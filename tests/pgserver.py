@@ -209,6 +209,24 @@ class TemporaryPostgres:
         if watchdog is not None:
             watchdog.communicate("done", timeout=30)
 
+    def pause(self) -> None:
+        """Stop the server cleanly (every commit on disk; clients disconnected), keeping its
+        files and port: the database is away until `resume`."""
+        if self._directory is None:
+            raise RuntimeError("TemporaryPostgres is not started")
+        data = str(self._directory / "data")
+        self._run(self._command("pg_ctl", "stop", "-D", data, "-m", "fast", "-w"), check=True,
+                  timeout=60)  # fmt: skip
+
+    def resume(self) -> None:
+        """Start the paused server again, on the same port."""
+        if self._directory is None or self._port is None:
+            raise RuntimeError("TemporaryPostgres is not started")
+        data, log = str(self._directory / "data"), str(self._directory / "server.log")
+        timeout = str(round(self._start_timeout_s))
+        command = ["start", "-D", data, "-l", log, "-w", "-t", timeout, "-o", f"-p {self._port}"]
+        self._run(self._command("pg_ctl", *command), check=True, timeout=self._start_timeout_s + 10)
+
     def __enter__(self) -> Self:
         return self.start()
 

@@ -247,3 +247,14 @@ def test_the_torch_hook_caps_a_fractional_task_on_each_visible_device(
     setup.executor.start([_launch("h2", code, env=env)])  # a whole GPU: no cap
     setup.ended("h2")
     assert setup.log("h2").splitlines()[:2] == ["own sitecustomize ran", "[] None"]
+
+
+def test_a_command_that_cannot_be_started_fails_once_with_the_reason(setup: Setup) -> None:
+    """A NUL byte cannot be passed to a process: the task ends failed (not stopped, so the
+    scheduler does not requeue it), and the executor goes on starting the others."""
+    setup.executor.start([_launch("nul", "print('x\0y')"), _launch("ok", "print('fine')")])
+    end = setup.ended("nul")
+    assert (end.exit_code, end.stopped) == (127, False)
+    assert "null byte" in end.reason
+    assert "cannot start the task" in setup.log("nul")
+    assert setup.ended("ok").exit_code == 0

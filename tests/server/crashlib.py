@@ -312,8 +312,10 @@ def names_of(submissions: Iterable[Submission]) -> set[tuple[str, str]]:
 ADMIN = Principal(1, "admin", Role.ADMIN, frozenset())
 
 
-class SimulatedCrashError(Exception):
-    """Raised by `CrashingExecutor` where a SIGKILL would have stopped the server."""
+class SimulatedCrashError(BaseException):
+    """Raised by `CrashingExecutor` where a SIGKILL would have stopped the server. Not an
+    `Exception`: nothing in the server may handle it (the loop's fallbacks that go on after
+    one workload's error would otherwise "survive" a SIGKILL)."""
 
 
 class CrashingExecutor:

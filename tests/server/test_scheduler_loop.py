@@ -31,10 +31,10 @@ ADMIN = Principal(1, "admin", Role.ADMIN, frozenset())
 
 
 class Harness:
-    def __init__(self, tmp: Path, nodes: str = "1x4") -> None:
+    def __init__(self, tmp: Path, nodes: str = "1x4", url: str | None = None) -> None:
         self.tmp = tmp
         self.clock = FakeClock()
-        self.engine = make_engine(f"sqlite:///{tmp / 'db.sqlite'}")
+        self.engine = make_engine(url or f"sqlite:///{tmp / 'db.sqlite'}")
         migrate.upgrade(self.engine)
         self.writer, self.reader = make_sessionmakers(self.engine)
         self.nodes = nodes

@@ -71,6 +71,17 @@ def server(
             help="Serve /metrics without a token (for Prometheus); by default it needs one.",
         ),
     ] = False,
+    db_connect_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds a new PostgreSQL connection may take before it fails."),
+    ] = 5.0,
+    db_statement_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a PostgreSQL statement may run (SQLite: a write waits for the lock); "
+            "past it the API answers 503 with Retry-After."
+        ),
+    ] = 30.0,
     kubernetes: Annotated[
         bool,
         typer.Option(
@@ -195,6 +206,8 @@ def server(
             ),
             kube=kube,
             metrics_public=metrics_public,
+            database_connect_timeout_s=db_connect_timeout,
+            database_statement_timeout_s=db_statement_timeout,
         )
         serve(settings, access_log=access_log)
     except ValueError as error:

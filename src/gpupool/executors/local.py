@@ -22,12 +22,13 @@ import subprocess
 import sys
 import threading
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from gpupool.clock import Clock
+from gpupool.executors import local_recovery
 from gpupool.executors.base import (
     DeviceInfo,
     Exit,
@@ -39,9 +40,12 @@ from gpupool.executors.base import (
     unacknowledged_exits,
 )
 from gpupool.executors.gpus import DeclaredBackend, GpuBackend
+from gpupool.executors.local_recovery import group_members as _group_members
+from gpupool.executors.local_recovery import live_task_groups
+from gpupool.executors.local_recovery import proc_stat as _proc_stat
 from gpupool.executors.taskenv import task_environment
 
-__all__ = ["LocalExecutor", "local_node_name"]
+__all__ = ["LocalExecutor", "live_task_groups", "local_node_name"]
 
 _KILLED = 137
 
@@ -50,32 +54,6 @@ def local_node_name() -> str:
     """This machine's host name as a node name (lower case, letters, digits, '-')."""
     name = re.sub(r"[^a-z0-9-]+", "-", socket.gethostname().lower()).strip("-")
     return name or "local"
-
-
-def _proc_stat(pid: int) -> tuple[int, int] | None:
-    """(process group, start time in clock ticks) of a live process, or None."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()
-    if fields[0] == "Z":
-        return None
-    return int(fields[2]), int(fields[19])
-
-
-def _group_members(groups: set[int]) -> dict[int, list[int]]:
-    """Live pids per process group, for the groups asked about."""
-    members: dict[int, list[int]] = defaultdict(list)
-    if not groups:
-        return members
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        stat = _proc_stat(int(entry.name))
-        if stat is not None and stat[0] in groups:
-            members[stat[0]].append(int(entry.name))
-    return members
 
 
 @dataclass(slots=True)
@@ -109,6 +87,7 @@ class LocalExecutor:
         watchdog_interval_s: float = 2.0,
         sample_interval_s: float = 5.0,
         python: str = sys.executable,
+        report: Callable[[str], None] | None = None,
     ) -> None:
         self.name = "local"
         self._gpus = gpus
@@ -128,8 +107,10 @@ class LocalExecutor:
         self._lock = threading.RLock()
         self._runs: dict[str, _Run] = {}
         self._journal_path = self.state_dir / "journal.jsonl"
-        self._replay()
+        self._report = report or _stderr
+        corrupt = self._replay_or_set_aside()
         self._journal: IO[str] | None = self._journal_path.open("a", encoding="utf-8")
+        self._adopt(corrupt)
 
     # -- the Executor protocol -----------------------------------------------------------------
 
@@ -289,20 +270,20 @@ class LocalExecutor:
         checkpoint_dir = self.checkpoints_dir / launch.project / launch.workload
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         report_dir = self._gpus.report_dir if isinstance(self._gpus, DeclaredBackend) else None
-        env = task_environment(
-            dict(os.environ),
-            launch,
-            checkpoint_dir=checkpoint_dir,
-            mps_active=self._gpus.mps_active(),
-            fake_gpu_report_dir=report_dir,
-            master_port=run.master_port,
-        )
         command = list(launch.command) or ["sh", "-c", "echo 'gpupool: no command given' >&2"]
         # -I: the shim ignores the task's PYTHONPATH (and any sitecustomize on it).
         args = [self._python, "-I", "-m", "gpupool.executors.shim", str(self.state_dir)]
         args += [launch.launch_id, "--", *command]
         with run.log_path.open("ab") as log:
             try:
+                env = task_environment(
+                    dict(os.environ),
+                    launch,
+                    checkpoint_dir=checkpoint_dir,
+                    mps_active=self._gpus.mps_active(),
+                    fake_gpu_report_dir=report_dir,
+                    master_port=run.master_port,
+                )
                 process = subprocess.Popen(
                     args,
                     stdin=subprocess.DEVNULL,
@@ -312,7 +293,9 @@ class LocalExecutor:
                     cwd=_working_dir(launch, checkpoint_dir),
                     start_new_session=True,
                 )
-            except OSError as error:
+            except (OSError, ValueError, TypeError) as error:
+                # Not started, never will be (a NUL byte in the command, a missing program):
+                # the task ends as a failure with the reason, not as a stop to retry.
                 log.write(f"gpupool: cannot start the task: {error}\n".encode())
                 self._end(run, 127, f"cannot start: {error}", stopped=False)
                 return
@@ -474,6 +457,44 @@ class LocalExecutor:
         self._journal.flush()
         os.fsync(self._journal.fileno())
 
+    def _replay_or_set_aside(self) -> str | None:
+        """Replay the journal; if it is corrupt, move it aside (`journal.corrupt-TIME`) and
+        start from nothing (`_adopt` finds the tasks again). Returns what happened, or None."""
+        try:
+            self._replay()
+        except _CorruptJournalError as error:
+            self._runs.clear()
+            aside = local_recovery.set_aside(self._journal_path, self._clock.now_s())
+            return f"the journal {self._journal_path} is corrupt ({error}); moved it to {aside}"
+        return None
+
+    def _adopt(self, corrupt: str | None) -> None:
+        """Tasks the journal does not name, found by their pid and exit files and processes
+        (`local_recovery`): running ones adopted, ended ones reported; never started again."""
+        found = local_recovery.find(self.state_dir, self._node, set(self._runs))
+        now = self._clock.now_s()
+        for item in found:
+            launch = item.launch
+            run = _Run(launch, now, log_path=self.logs_dir / f"{launch.launch_id}.log")
+            run.master_port = item.master_port
+            self._runs[launch.launch_id] = run
+            record: dict[str, Any] = {"op": "start", "at": now, "launch": launch.to_json()}
+            if item.master_port is not None:
+                record["master_port"] = item.master_port
+            self._append(record)
+            ending = item.ending()
+            if ending is not None:
+                self._end(run, *ending)
+            elif item.pid is not None:
+                stat = _proc_stat(item.pid)
+                run.pid, run.start_ticks = item.pid, stat[1] if stat else None
+                self._append(
+                    {"op": "pid", "id": launch.launch_id, "pid": run.pid, "ticks": run.start_ticks}
+                )
+        message = local_recovery.summary(found, corrupt, self.state_dir)
+        if message is not None:
+            self._report(f"gpupool: local executor: {message}")
+
     def _replay(self) -> None:
         if not self._journal_path.exists():
             return
@@ -482,34 +503,53 @@ class LocalExecutor:
         if len(whole) < len(data):
             with self._journal_path.open("r+b") as journal:
                 journal.truncate(len(whole))
-        for line in whole.decode("utf-8").splitlines():
-            record = json.loads(line)
-            op = record["op"]
-            if op == "start":
-                launch = Launch.from_json(record["launch"])
-                self._runs[launch.launch_id] = _Run(
-                    launch,
-                    record["at"],
-                    log_path=self.logs_dir / f"{launch.launch_id}.log",
-                    master_port=record.get("master_port"),
-                )
-                continue
-            run = self._runs[record["id"]]
-            if op == "pid":
-                run.pid, run.start_ticks = record["pid"], record["ticks"]
-            elif op == "stop":
-                run.stop_reason = "stopped before the server restarted"
-                run.kill_at_s = record["at"] + record["grace"]
-            elif op == "end":
-                run.ended = Exit(
-                    run.launch.launch_id,
-                    record["code"],
-                    record["at"],
-                    record["reason"],
-                    record["stopped"],
-                )
-            elif op == "ack":
-                run.acknowledged = True
+        try:
+            lines = whole.decode("utf-8").splitlines()
+        except UnicodeDecodeError as error:
+            raise _CorruptJournalError(f"not UTF-8: {error}") from None
+        for number, line in enumerate(lines, start=1):
+            try:
+                self._replay_record(json.loads(line))
+            except (ValueError, KeyError, TypeError, AttributeError) as error:
+                raise _CorruptJournalError(
+                    f"line {number}: {type(error).__name__}: {error}"
+                ) from None
+
+    def _replay_record(self, record: dict[str, Any]) -> None:
+        op = record["op"]
+        if op == "start":
+            launch = Launch.from_json(record["launch"])
+            self._runs[launch.launch_id] = _Run(
+                launch,
+                record["at"],
+                log_path=self.logs_dir / f"{launch.launch_id}.log",
+                master_port=record.get("master_port"),
+            )
+            return
+        run = self._runs[record["id"]]
+        if op == "pid":
+            run.pid, run.start_ticks = record["pid"], record["ticks"]
+        elif op == "stop":
+            run.stop_reason = "stopped before the server restarted"
+            run.kill_at_s = record["at"] + record["grace"]
+        elif op == "end":
+            run.ended = Exit(
+                run.launch.launch_id,
+                record["code"],
+                record["at"],
+                record["reason"],
+                record["stopped"],
+            )
+        elif op == "ack":
+            run.acknowledged = True
+
+
+class _CorruptJournalError(ValueError):
+    """A journal line that is not a record this executor wrote (the message says which)."""
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def _working_dir(launch: Launch, fallback: Path) -> Path:
@@ -526,30 +566,3 @@ def _memory_mib() -> int | None:
     except OSError:
         return None
     return None
-
-
-def live_task_groups(data_dir: Path) -> list[int]:
-    """Process groups of local tasks (from the executor's journal) with a process still alive.
-
-    A group whose leader is alive with another start time is someone else's (a reused pid)."""
-    journal = data_dir / "local" / "journal.jsonl"
-    if not journal.exists():
-        return []
-    leaders: dict[int, int | None] = {}
-    for line in journal.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if record.get("op") == "pid":
-            leaders[int(record["pid"])] = record.get("ticks")
-    members = _group_members(set(leaders))
-    alive = []
-    for leader, ticks in leaders.items():
-        if not members.get(leader):
-            continue
-        stat = _proc_stat(leader)
-        if stat is not None and ticks is not None and stat[1] != ticks:
-            continue
-        alive.append(leader)
-    return sorted(alive)

@@ -21,7 +21,7 @@ from gpupool.executors.kubernetes.leader import LeaderElector
 from gpupool.executors.kubernetes.settings import KubeSettings
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.simulated import SimulatedExecutor, parse_simulated_nodes
-from gpupool.server import migrate
+from gpupool.server import dbfaults, migrate, readiness
 from gpupool.server.auth import TokenCache
 from gpupool.server.batcher import SubmitBatcher
 from gpupool.server.db import make_engine, make_sessionmakers
@@ -56,7 +56,7 @@ def default_executor(settings: ServerSettings, clock: Clock, announce: Announce)
                 f"gpupool: no NVIDIA GPU found ({note}); running with no GPUs: "
                 "use --fake-gpus 4x80G to declare some"
             )
-        return LocalExecutor(settings.data_dir, backend, clock)
+        return LocalExecutor(settings.data_dir, backend, clock, report=announce)
     if settings.executor == "kubernetes":
         from gpupool.executors.kubernetes.executor import (
             KubernetesExecutor,
@@ -123,7 +123,11 @@ def create_app(
     """The app. Nothing starts until its lifespan: migrations, first admin, the loop."""
     clock = clock or SystemClock()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(settings.effective_database_url)
+    engine = make_engine(
+        settings.effective_database_url,
+        connect_timeout_s=settings.database_connect_timeout_s,
+        statement_timeout_s=settings.database_statement_timeout_s,
+    )
     writer, reader = make_sessionmakers(engine)
     executor = executor or default_executor(settings, clock, announce)
     metrics = ServerMetrics()
@@ -143,6 +147,7 @@ def create_app(
         on_error=report,
         reader=reader,
         is_leader=elector.is_leader if elector is not None else None,
+        announce=lambda message: announce(f"scheduling loop: {message}"),
     )
     submitter = SubmitBatcher(writer, clock, loop.wake)
     state = ServerState(
@@ -193,7 +198,9 @@ def create_app(
     app.include_router(history.router)
     app.include_router(session.router)
     app.include_router(web.router)
+    app.include_router(readiness.router)
     _error_handlers(app)
+    dbfaults.install_handlers(app)
     return app
 
 

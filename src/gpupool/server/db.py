@@ -319,14 +319,36 @@ def sqlite_url(data_dir: Path) -> str:
     return f"sqlite:///{data_dir / 'gpupool.db'}"
 
 
-def make_engine(url: str) -> Engine:
+CONNECT_TIMEOUT_S = 5
+"""How long a new PostgreSQL connection may take before the attempt fails (an unreachable
+host would otherwise hang a request or the loop for the TCP timeout, minutes)."""
+STATEMENT_TIMEOUT_S = 30
+"""How long one PostgreSQL statement may run; SQLite: how long a writer waits for the lock."""
+POOL_TIMEOUT_S = 10
+"""How long a request waits for a free connection of the pool."""
+
+
+def make_engine(
+    url: str,
+    *,
+    connect_timeout_s: float = CONNECT_TIMEOUT_S,
+    statement_timeout_s: float = STATEMENT_TIMEOUT_S,
+) -> Engine:
     """An engine for `url`. SQLite gets WAL (a reader never blocks the writer), synchronous
     NORMAL (a committed write survives the process being killed; only an OS crash may lose the
-    last commits), foreign keys on, and `BEGIN IMMEDIATE` so concurrent writers wait for each
-    other instead of failing on a lock upgrade."""
+    last commits), foreign keys on, `BEGIN IMMEDIATE` so concurrent writers wait for each
+    other instead of failing on a lock upgrade, and a busy timeout of `statement_timeout_s`.
+    PostgreSQL gets `connect_timeout` and `statement_timeout`, and connections checked before
+    use, so that after the server comes back the pool replaces the dead ones by itself. A
+    timeout raises `OperationalError`: the API answers 503, the loop backs off
+    (`gpupool.server.dbfaults`)."""
     if url.startswith("sqlite"):
+        busy_ms = round(statement_timeout_s * 1000)
         engine = create_engine(
-            url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=8
+            url,
+            connect_args={"check_same_thread": False, "timeout": statement_timeout_s},
+            pool_size=8,
+            pool_timeout=POOL_TIMEOUT_S,
         )
 
         @event.listens_for(engine, "connect")
@@ -336,7 +358,7 @@ def make_engine(url: str) -> Engine:
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
             cursor.close()
 
         @event.listens_for(engine, "begin")
@@ -347,7 +369,17 @@ def make_engine(url: str) -> Engine:
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    return create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    return create_engine(
+        url,
+        pool_size=10,
+        max_overflow=20,
+        pool_pre_ping=True,
+        pool_timeout=POOL_TIMEOUT_S,
+        connect_args={
+            "connect_timeout": max(1, round(connect_timeout_s)),
+            "options": f"-c statement_timeout={round(statement_timeout_s * 1000)}",
+        },
+    )
 
 
 READ_ONLY_OPTION = "gpupool_read_only"

@@ -15,6 +15,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (404, "No such resource"),
         (409, "Conflicts with the current state (a name taken, a state that does not allow it)"),
         (422, "Invalid input: each field error names the field and the fix"),
+        (503, "The database is unavailable; nothing was changed: retry after Retry-After"),
     )
 }
 """What every API route may answer besides success, for the OpenAPI schema."""

@@ -24,8 +24,10 @@ together on one database (Kubernetes, 2 replicas) take turns instead of racing."
 
 
 def lock_for_startup(connection: Connection) -> None:
-    """On PostgreSQL, wait for the startup lock (released when the transaction ends)."""
+    """On PostgreSQL, wait for the startup lock (released when the transaction ends). Another
+    replica's migration may take long: no statement timeout for this transaction."""
     if connection.dialect.name == "postgresql":
+        connection.execute(text("SET LOCAL statement_timeout = 0"))
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": STARTUP_LOCK})
 
 

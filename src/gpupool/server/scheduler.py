@@ -28,7 +28,7 @@ from typing import cast
 
 from sqlalchemy import Row, Table, delete, insert, or_, select, update
 from sqlalchemy import bindparam as _bind
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, load_only, sessionmaker
 
 from gpupool.api.schemas import TaskState, WorkloadStatus
 from gpupool.clock import Clock
@@ -36,7 +36,7 @@ from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import Bind, CycleResult, Evict, EvictionCause, Move, ProjectShare
 from gpupool.core.model import MILLI_PER_GPU, SchedulerSettings, TaskPlacement, Workload
 from gpupool.executors.base import DiscoversWorkloads, Executor, Exit, Launch, NodeInventory, Stop
-from gpupool.server import external, history, usage
+from gpupool.server import external, history, isolation, quarantine, usage
 from gpupool.server.db import (
     EventRow,
     NodeRow,
@@ -45,7 +45,10 @@ from gpupool.server.db import (
     WorkloadRow,
     physical_devices,
 )
+from gpupool.server.dbfaults import Backoff, is_outage
 from gpupool.server.metrics import ServerMetrics
+from gpupool.server.quarantine import describe
+from gpupool.server.rowcheck import launch_problem
 from gpupool.server.services import cluster
 from gpupool.server.snapshot import (
     SCHEDULED,
@@ -65,6 +68,16 @@ _PREEMPTED = "_preempted"
 """Marks a workload change that counts one more preemption."""
 COMPLETED = "completed"
 """A task's reason once it has ended by itself with exit code 0."""
+
+
+_AFTER_END_COLUMNS = load_only(
+    WorkloadRow.name,
+    WorkloadRow.status,
+    WorkloadRow.version,
+    WorkloadRow.tasks,
+    WorkloadRow.submitted_at,
+    WorkloadRow.project_id,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +102,7 @@ class SchedulingLoop:
         on_error: Callable[[BaseException], None] | None = None,
         reader: sessionmaker[Session] | None = None,
         is_leader: Callable[[], bool] | None = None,
+        announce: Callable[[str], None] | None = None,
     ) -> None:
         self._writer = writer
         self._reader = reader or writer
@@ -111,6 +125,13 @@ class SchedulingLoop:
         self._leading = is_leader is None
         self.history = history.HistoryRecorder()
         self._facts: history.CycleFacts | None = None
+        self._announce = announce or (lambda message: None)
+        self._start_failures: dict[str, tuple[int, float]] = {}
+        self._backoff = Backoff()
+        self.last_iteration_s: float | None = None
+        """When (clock time) the last iteration completed: what `/ready` looks at."""
+        self.last_error: str | None = None
+        """The last iteration's error, None once one succeeds."""
         """With leader election, iterations run only while this replica leads; each time it
         starts leading it first takes over (nodes, recovery) as at a start."""
 
@@ -165,6 +186,16 @@ class SchedulingLoop:
     def wake(self) -> None:
         self._wake.set()
 
+    @property
+    def thread_alive(self) -> bool | None:
+        """None when the loop was never started (an API-only server)."""
+        return None if self._thread is None else self._thread.is_alive()
+
+    @property
+    def standing_by(self) -> bool:
+        """With leader election, while another replica schedules."""
+        return self._is_leader is not None and not self._leading
+
     def _run(self) -> None:
         while not self._stop.is_set():
             began = time.monotonic()
@@ -173,9 +204,20 @@ class SchedulingLoop:
                     self._stop.wait(0.2)
                     continue
                 self.run_once()
+                if self._backoff.failures:
+                    self._announce(
+                        f"the database answers again: resumed after {self._backoff.failures} "
+                        "failed iteration(s)"
+                    )
+                self._backoff.reset()
+                self.last_error = None
             except Exception as error:  # the loop must outlive one bad iteration
+                self.last_error = describe(error)
                 if self._on_error is not None:
                     self._on_error(error)
+                if is_outage(error):  # the database is away: wait longer each time, capped
+                    self._stop.wait(self._backoff.next_s())
+                    continue
             took = time.monotonic() - began
             # Rest as long as the iteration took (up to a bound): under a burst of submissions
             # the loop gets about half of the interpreter and each cycle takes a bigger batch,
@@ -195,6 +237,7 @@ class SchedulingLoop:
         self.collect_exits()
         self.record_usage()
         self.iterations += 1
+        self.last_iteration_s = self._clock.now_s()
 
     def record_usage(self) -> None:
         """Fold the executor's device samples into the per-minute usage history (per
@@ -337,7 +380,8 @@ class SchedulingLoop:
         self, session: Session, workload_id: int, now: float, natural_exit: Exit | None
     ) -> None:
         """Move a workload on after some of its tasks ended."""
-        workload = session.get(WorkloadRow, workload_id)
+        # Only the columns used here: a JSON column that does not parse must not stop this.
+        workload = session.get(WorkloadRow, workload_id, options=[_AFTER_END_COLUMNS])
         if workload is None:
             return
         live = session.scalars(
@@ -438,13 +482,27 @@ class SchedulingLoop:
         now = self._clock.now_s()
         with self._reader() as session, session.begin():
             built = build_snapshot(session, now, self._settings)
-        result = run_cycle(built.snapshot)
-        counts = self._persist(built, result, now)
+        # A workload whose row or decisions break a step is failed; the others go on.
+        result, snapshot, culprits = isolation.run_isolated(built.snapshot, run_cycle)
+        problems = dict(built.bad)
+        problems.update({built.keys[name].workload_id: why for name, why in culprits.items()})
+        try:
+            counts = self._persist(built, result, now)
+        except Exception as error:
+            if is_outage(error):
+                raise
+            counts, failed = isolation.persist_apart(
+                lambda part: self._persist(built, part, now), result
+            )
+            counts = defaultdict(int, counts)
+            problems.update({built.keys[name].workload_id: why for name, why in failed.items()})
+        if problems:
+            quarantine.fail_each(self._writer, problems, now, self._announce)
         duration_s = time.perf_counter() - began
         self.shares = {share.name: share for share in result.projects}
         self.last_cycle = CycleInfo(now, duration_s, len(result.decisions))
-        self._facts = history.CycleFacts.of(result, built.snapshot)
-        capacity = sum(node.gpu_count for node in built.snapshot.nodes)
+        self._facts = history.CycleFacts.of(result, snapshot)
+        capacity = sum(node.gpu_count for node in snapshot.nodes)
         self._metrics.observe_cycle(result, duration_s, float(capacity))
         for kind in ("bind", "evict", "move"):
             self._metrics.count_decisions(kind, counts[kind])
@@ -686,13 +744,7 @@ class SchedulingLoop:
         self, busy_devices: set[tuple[str, int]], busy_tasks: set[tuple[int, int]]
     ) -> None:
         with self._writer() as session, session.begin():
-            rows = session.execute(
-                select(TaskRow, WorkloadRow, ProjectRow.name, NodeRow.gpu_memory_mib)
-                .join(WorkloadRow, WorkloadRow.id == TaskRow.workload_id)
-                .join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
-                .join(NodeRow, NodeRow.name == TaskRow.node)
-                .where(TaskRow.state == TaskState.STARTING.value)
-            ).all()
+            rows, problems = isolation.starting_rows(session)
             # Running tasks of workloads the snapshot leaves out (none should be: a safety net):
             # the core did not see their devices, so it may have bound others there; those
             # wait, as for stopping tasks.
@@ -713,6 +765,7 @@ class SchedulingLoop:
         # take are held for the others.
         rows = sorted(rows, key=lambda row: row[1].status in SCHEDULED)
         launches: list[Launch] = []
+        workload_of: dict[str, int] = {}
         for task, workload, project, device_memory_mib in rows:
             if (workload.id, task.task_index) in busy_tasks:
                 continue
@@ -723,11 +776,31 @@ class SchedulingLoop:
                 continue
             if workload.status not in SCHEDULED:
                 held.update((task.node, d) for d in devices)
-            launches.append(_launch(task, workload, project, device_memory_mib))
+            try:
+                problem = launch_problem(workload.command, workload.env, workload.working_dir)
+                launch = None if problem else _launch(task, workload, project, device_memory_mib)
+            except Exception as error:
+                problem, launch = describe(error), None
+            if launch is None:
+                problems[workload.id] = f"task {task.task_index} cannot be started: {problem}"
+                continue
+            workload_of[launch.launch_id] = workload.id
+            launches.append(launch)
+        if launches:
+            try:
+                self._executor.start(launches)
+            except Exception as error:
+                if is_outage(error):
+                    raise
+                launches, given_up = isolation.start_apart(
+                    self._executor, launches, self._start_failures, self._clock.now_s()
+                )
+                problems.update({workload_of[launch]: why for launch, why in given_up.items()})
+        now = self._clock.now_s()
+        if problems:
+            quarantine.fail_each(self._writer, problems, now, self._announce)
         if not launches:
             return
-        self._executor.start(launches)
-        now = self._clock.now_s()
         started = [{"launch": launch.launch_id, "now": now} for launch in launches]
         with self._writer.begin() as session:
             table = TASKS

@@ -38,6 +38,11 @@ class ServerSettings:
     """False serves the API only (tests of the API alone, read replicas)."""
     metrics_public: bool = False
     """Serve `/metrics` without a token (for a Prometheus that scrapes without one)."""
+    database_connect_timeout_s: float = 5.0
+    """PostgreSQL: how long opening a connection may take before it fails."""
+    database_statement_timeout_s: float = 30.0
+    """PostgreSQL: how long one statement may run; SQLite: how long a write waits for the
+    lock. Past either, the API answers 503 and the loop backs off."""
 
     @property
     def effective_database_url(self) -> str:

@@ -11,10 +11,10 @@ finished and deleting ones.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
 
-from sqlalchemy import select
+from sqlalchemy import Text, cast, select
 from sqlalchemy.orm import Session
 
 from gpupool.api.schemas import TaskState, WorkloadStatus
@@ -36,6 +36,8 @@ from gpupool.core.model import (
     WorkloadType,
 )
 from gpupool.server.db import NodeRow, ProjectRow, TaskRow, WorkloadRow
+from gpupool.server.quarantine import describe
+from gpupool.server.rowcheck import parse_json, snapshot_problem
 
 SCHEDULED = (
     WorkloadStatus.PENDING.value,
@@ -120,6 +122,8 @@ class BuiltSnapshot:
     snapshot: Snapshot
     keys: dict[str, WorkloadKey]
     """Core workload name -> its row."""
+    bad: dict[int, str] = field(default_factory=dict)
+    """Workload id -> why its row cannot be scheduled (left out; the loop fails it)."""
 
 
 NODE_STATES = ("ready", "cordoned", "notready")
@@ -186,6 +190,7 @@ def build_snapshot(session: Session, now_s: float, settings: SchedulerSettings) 
             live[workload_id].append(TaskPlacement(task_index, node, tuple(devices), burst))
     workloads: list[Workload] = []
     keys: dict[str, WorkloadKey] = {}
+    bad: dict[int, str] = {}
     for row in session.execute(
         select(
             WorkloadRow.id,
@@ -203,10 +208,11 @@ def build_snapshot(session: Session, now_s: float, settings: SchedulerSettings) 
             WorkloadRow.preemptible,
             WorkloadRow.cpu_milli,
             WorkloadRow.memory_mib,
-            WorkloadRow.node_selector,
+            # As text, parsed here: a value that does not parse costs its row only.
+            cast(WorkloadRow.node_selector, Text).label("node_selector"),
             WorkloadRow.started_at,
             WorkloadRow.origin,
-            WorkloadRow.tolerations,
+            cast(WorkloadRow.tolerations, Text).label("tolerations"),
             WorkloadRow.min_runtime_s,
         )
         .where(WorkloadRow.status.in_(SCHEDULED))
@@ -221,13 +227,66 @@ def build_snapshot(session: Session, now_s: float, settings: SchedulerSettings) 
         completing = row.status == WorkloadStatus.COMPLETING.value
         if completing and not placements:
             continue
-        project = project_names[row.project_id]
-        name = core_name(project, row.name)
-        keys[name] = WorkloadKey(row.id, row.version, project, row.name, external)
-        workloads.append(core_workload(row, project, placements, completing=completing))
+        try:
+            columns = _checked(row._mapping)
+            project = project_names[row.project_id]
+            workload = core_workload(columns, project, placements, completing=completing)
+        except Exception as error:  # a bad row: left out, and failed by the loop
+            bad[row.id] = str(error) if isinstance(error, _BadRowError) else describe(error)
+            continue
+        keys[workload.name] = WorkloadKey(row.id, row.version, project, row.name, external)
+        workloads.append(workload)
     return BuiltSnapshot(
-        Snapshot(nodes, projects, tuple(workloads), now_s=int(now_s), settings=settings), keys
+        Snapshot(nodes, projects, tuple(workloads), now_s=int(now_s), settings=settings),
+        keys,
+        bad,
     )
+
+
+class _BadRowError(ValueError):
+    """A row that fails `gpupool.server.rowcheck`: the message is the problem."""
+
+
+@dataclass(slots=True)
+class _Columns:
+    """A workload row with its JSON columns parsed and checked (a `WorkloadColumns`)."""
+
+    id: int
+    name: str
+    type: str
+    gpu_kind: str
+    gpu_amount: int
+    gpu_limit_milli: int | None
+    tasks: int
+    min_available: int | None
+    priority: int | None
+    preemptible: bool | None
+    cpu_milli: int
+    memory_mib: int
+    node_selector: dict[str, list[str]]
+    started_at: float | None
+    origin: str
+    tolerations: list[dict[str, str | None]]
+    min_runtime_s: int | None
+
+
+_CHECKED = (
+    "type", "gpu_kind", "gpu_amount", "gpu_limit_milli", "tasks", "min_available", "cpu_milli",
+    "memory_mib", "node_selector", "tolerations",
+)  # fmt: skip
+
+
+def _checked(row: Any) -> _Columns:
+    values = {column.name: row[column.name] for column in fields(_Columns)}
+    try:
+        values["node_selector"] = parse_json(values["node_selector"], "node_selector")
+        values["tolerations"] = parse_json(values["tolerations"], "tolerations")
+    except ValueError as error:
+        raise _BadRowError(str(error)) from None
+    problem = snapshot_problem(**{name: values[name] for name in _CHECKED})
+    if problem is not None:
+        raise _BadRowError(problem)
+    return _Columns(**values)
 
 
 def gpu_request(kind: str, amount: int, limit_milli: int | None) -> GpuRequest:
