@@ -1,11 +1,11 @@
 """`gpupool bench fgd-check`: our FGD (and other policies) beside the FGD artifact's published
-results, per openb variant (`gpupool.sim.fgd_refs`)."""
+results, per openb variant (`gpupool.sim.fgd_refs`). `gpupool.cli.bench` declares the command
+and imports this module when it runs."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -14,7 +14,6 @@ from rich.table import Table
 from gpupool.cli.terminal import output_console
 from gpupool.core.policies import policy_names
 from gpupool.sim.fgd_refs import (
-    PUBLISHED_SEEDS,
     VARIANTS,
     Comparison,
     compare,
@@ -31,7 +30,7 @@ from gpupool.sim.openb import (
 )
 from gpupool.sim.packing import pack_nodes
 
-__all__ = ["fgd_check"]
+__all__ = ["run_fgd_check"]
 
 
 def _names(value: str, known: tuple[str, ...], what: str) -> list[str]:
@@ -47,34 +46,16 @@ def _names(value: str, known: tuple[str, ...], what: str) -> list[str]:
     return names
 
 
-def fgd_check(
-    variants: Annotated[
-        str,
-        typer.Option("--variants", help="Comma-separated openb variants, or 'all'."),
-    ] = "all",
-    policy: Annotated[
-        str,
-        typer.Option("--policy", help="Comma-separated policies to set beside published FGD."),
-    ] = "fgd",
-    seeds: Annotated[
-        str, typer.Option("--seeds", help="Comma-separated seeds (the artifact has 42..51).")
-    ] = ",".join(map(str, PUBLISHED_SEEDS)),
-    offline: Annotated[
-        bool,
-        typer.Option("--offline", help="Also the hindsight packing at 100% (slower)."),
-    ] = False,
-    refs: Annotated[
-        Path | None,
-        typer.Option("--refs", help="Folder of the artifact's results (default: data/fgd-refs)."),
-    ] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+def run_fgd_check(
+    *,
+    variants: str,
+    policy: str,
+    seeds: str,
+    offline: bool,
+    refs: Path | None,
+    json_output: bool,
 ) -> None:
-    """Our policies beside the FGD artifact's published FGD, per openb variant.
-
-    Per variant and policy: the mean allocation at 100% arrived over the seeds (ours and the
-    artifact's, measured the same way), the difference, and the largest gap between the two
-    mean curves at any arrival level. Exit status 2 on a bad option or a missing file.
-    """
+    """`gpupool bench fgd-check` (`gpupool.cli.bench` declares its options)."""
     chosen = _names(variants, VARIANTS, "variant")
     policies = _names(policy, policy_names(), "policy")
     try:

@@ -26,48 +26,34 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from pydantic import BaseModel, ValidationError
 from rich import box
 from rich.console import Console, Group
-from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from gpupool.api.schemas import (
-    Amounts,
-    DepartmentIn,
-    ErrorDetail,
-    ProjectIn,
-    ProjectOut,
-    ProjectPatch,
-    Role,
-    TopOut,
-    UsageOut,
-    WorkloadDetail,
-    WorkloadOut,
-    WorkloadPage,
-    WorkloadStatus,
-    validation_error_out,
-)
+from gpupool.cli.choices import WorkloadStatus
 from gpupool.cli.terminal import output_console
-from gpupool.client.config import (
-    ENV_OVERRIDES,
-    ClientConfig,
-    ConfigError,
-    NotLoggedInError,
-    check_project_name,
-    config_path,
-    effective_config,
-    normalize_server,
-    read_config,
-    write_config,
-)
-from gpupool.client.http import ApiError, GpupoolClient, ServerUnreachable
-from gpupool.sim.compare import format_duration_s
-from gpupool.units import format_gpu_milli
+from gpupool.sim.durations import format_duration_s
+
+if TYPE_CHECKING:
+    # Only annotations name these here: pydantic, the API's models and httpx load when a command
+    # talks to a server, not at every start of the CLI (see tests/client/test_cli_startup.py).
+    from pydantic import BaseModel, ValidationError
+
+    from gpupool.api.schemas import (
+        Amounts,
+        ErrorDetail,
+        ProjectOut,
+        ProjectPatch,
+        TopOut,
+        UsageOut,
+        WorkloadDetail,
+        WorkloadOut,
+    )
+    from gpupool.client.http import ApiError, GpupoolClient
 
 __all__ = ["ExitCode", "format_gpu_request", "register"]
 
@@ -115,6 +101,9 @@ def fail(
 
 def invalid_request(error: ValidationError) -> ApiError:
     """The server's 422 answer to the same input, so local checks read the same."""
+    from gpupool.api.schemas import validation_error_out
+    from gpupool.client.http import ApiError
+
     body = validation_error_out(error.errors())
     return ApiError(422, body.detail, body.errors)
 
@@ -122,6 +111,11 @@ def invalid_request(error: ValidationError) -> ApiError:
 @contextmanager
 def handled() -> Iterator[None]:
     """Turn the client's, the config's and validation errors into an error line and exit code."""
+    from pydantic import ValidationError
+
+    from gpupool.client.config import ConfigError, NotLoggedInError
+    from gpupool.client.http import ApiError, ServerUnreachable
+
     try:
         yield
     except ApiError as error:
@@ -142,6 +136,9 @@ def handled() -> Iterator[None]:
 @contextmanager
 def connect() -> Iterator[GpupoolClient]:
     """A client for the configured server; errors inside the block exit as documented."""
+    from gpupool.client.config import effective_config
+    from gpupool.client.http import GpupoolClient
+
     with handled():
         server, token = effective_config().login()
         with GpupoolClient(server, token) as client:
@@ -150,6 +147,8 @@ def connect() -> Iterator[GpupoolClient]:
 
 def resolve_project(project: str | None) -> str:
     """`--project`, else the configured default project, else a clear error."""
+    from gpupool.client.config import effective_config
+
     with handled():
         chosen = project or effective_config().project
         if not chosen:
@@ -184,6 +183,8 @@ def show_as(
     data: BaseModel | Sequence[BaseModel], chosen: OutputFormat, render: Callable[[], Any]
 ) -> None:
     """Print `data` as JSON or YAML, or what `render()` returns (for table and wide)."""
+    from pydantic import BaseModel
+
     if chosen == OutputFormat.YAML:
         import yaml  # only this format needs it
 
@@ -199,6 +200,8 @@ def show_as(
 
 def show(data: BaseModel | Sequence[BaseModel], as_json: bool, render: Callable[[], Any]) -> None:
     """Print `data` as JSON, or what `render()` returns (a rich renderable, or plain text)."""
+    from pydantic import BaseModel
+
     if as_json:
         if isinstance(data, BaseModel):
             typer.echo(data.model_dump_json(indent=2))
@@ -224,6 +227,8 @@ def table(*columns: str, title: str | None = None) -> Table:
 
 
 def gpus(milli: int | None) -> str:
+    from gpupool.units import format_gpu_milli
+
     return "-" if milli is None else format_gpu_milli(milli)
 
 
@@ -238,6 +243,8 @@ def memory_text(mib: int) -> str:
 
 def format_gpu_request(workload: WorkloadOut) -> str:
     """The GPU per task as the user wrote it: `2`, `0.5`, `0.25 (limit 0.8)`, `8G`."""
+    from gpupool.units import format_gpu_milli
+
     if workload.gpu_kind == "memory":
         return memory_text(workload.gpu_amount)
     if workload.gpu_kind == "fraction":
@@ -424,6 +431,17 @@ def login(
     json_output: JsonOption = False,
 ) -> None:
     """Check a server URL and token with the server and save them in the config file."""
+    from gpupool.api.schemas import Role
+    from gpupool.client.config import (
+        ENV_OVERRIDES,
+        ClientConfig,
+        config_path,
+        normalize_server,
+        read_config,
+        write_config,
+    )
+    from gpupool.client.http import GpupoolClient
+
     with handled():
         if (token is None) == (token_file is None):
             fail("give the token with --token TOKEN or --token-file PATH (one of them)")
@@ -471,6 +489,15 @@ def config_set(
     value: Annotated[str, typer.Argument(help="The new value.")],
 ) -> None:
     """Set the server URL or the default project in the config file."""
+    from gpupool.client.config import (
+        ClientConfig,
+        check_project_name,
+        config_path,
+        normalize_server,
+        read_config,
+        write_config,
+    )
+
     with handled():
         path = config_path()
         saved = read_config(path)
@@ -485,6 +512,8 @@ def config_set(
 @config_app.command("show")
 def config_show(json_output: JsonOption = False) -> None:
     """Show the config in effect: the file's values, with the GPUPOOL_* variables on top."""
+    from gpupool.client.config import ENV_OVERRIDES, config_path, effective_config
+
     with handled():
         config = effective_config()
     token = config.token and f"{config.token[:6]}… ({len(config.token)} characters)"
@@ -512,6 +541,9 @@ def list_workloads(
     json_output: JsonOption = False,
 ) -> None:
     """List workloads: of --project, else of the default project, else of every project."""
+    from gpupool.api import schemas
+    from gpupool.client.config import effective_config
+
     chosen_format = output_format(output, json_output)
     if all_projects and project:
         fail("give --project NAME or --all, not both")
@@ -520,12 +552,17 @@ def list_workloads(
     items: list[WorkloadOut] = []
     with connect() as client:
         while True:
-            page = client.list_workloads(chosen, status, limit=LIST_PAGE_SIZE, offset=len(items))
+            page = client.list_workloads(
+                chosen,
+                None if status is None else schemas.WorkloadStatus(status),
+                limit=LIST_PAGE_SIZE,
+                offset=len(items),
+            )
             items += page.items
             if not page.items or len(items) >= page.total:
                 break
     wide = chosen_format == OutputFormat.WIDE
-    page = WorkloadPage(items=items, total=len(items))
+    page = schemas.WorkloadPage(items=items, total=len(items))
     show_as(page, chosen_format, lambda: workload_table(items, wide))
 
 
@@ -636,7 +673,7 @@ class _LogReader:
             self._partial = ""
 
 
-WorkloadAction = Callable[[GpupoolClient, str, str], WorkloadOut]
+WorkloadAction = Callable[["GpupoolClient", str, str], "WorkloadOut"]
 
 
 def _workload_action(action: WorkloadAction, doc: str) -> Callable[..., None]:
@@ -652,6 +689,18 @@ def _workload_action(action: WorkloadAction, doc: str) -> Callable[..., None]:
 
     command.__doc__ = doc
     return command
+
+
+def _suspend(client: GpupoolClient, project: str, name: str) -> WorkloadOut:
+    return client.suspend(project, name)
+
+
+def _resume(client: GpupoolClient, project: str, name: str) -> WorkloadOut:
+    return client.resume(project, name)
+
+
+def _delete(client: GpupoolClient, project: str, name: str) -> WorkloadOut:
+    return client.delete(project, name)
 
 
 # -- cluster views ------------------------------------------------------------------------------
@@ -704,6 +753,8 @@ def top(
                 time.sleep(watch_s)
                 snapshot = client.top()
         else:
+            from rich.live import Live
+
             with Live(top_view(snapshot), console=stdout(), auto_refresh=False) as live:
                 while True:
                     time.sleep(watch_s)
@@ -757,6 +808,8 @@ def _policy_fields(
 
 
 def _patch(fields: dict[str, object], no_limit: bool) -> ProjectPatch:
+    from gpupool.api.schemas import ProjectPatch
+
     if no_limit:
         if "limit" in fields:
             fail("give --limit-gpu or --no-limit, not both")
@@ -779,6 +832,8 @@ def project_create(
     json_output: JsonOption = False,
 ) -> None:
     """Create a project."""
+    from gpupool.api.schemas import ProjectIn
+
     fields = _policy_fields(quota_gpu, weight, limit_gpu, priority)
     extra = {"department": department, "min_runtime_s": min_runtime_s}
     fields |= {key: value for key, value in extra.items() if value is not None}
@@ -828,6 +883,8 @@ def department_create(
     json_output: JsonOption = False,
 ) -> None:
     """Create a department (projects join it with `project create --department`)."""
+    from gpupool.api.schemas import DepartmentIn
+
     fields = _policy_fields(quota_gpu, weight, limit_gpu, priority)
     with handled():
         spec = DepartmentIn.model_validate({"name": name} | fields)
@@ -848,9 +905,9 @@ def register(app: typer.Typer) -> None:
     app.command("describe", rich_help_panel=panel)(describe)
     app.command("logs", rich_help_panel=panel)(logs)
     for verb, action, doc in [
-        ("suspend", GpupoolClient.suspend, "Suspend a workload until `gpupool resume`."),
-        ("resume", GpupoolClient.resume, "Resume a suspended workload."),
-        ("delete", GpupoolClient.delete, "Delete a workload (it stops its tasks first)."),
+        ("suspend", _suspend, "Suspend a workload until `gpupool resume`."),
+        ("resume", _resume, "Resume a suspended workload."),
+        ("delete", _delete, "Delete a workload (it stops its tasks first)."),
     ]:  # fmt: skip
         app.command(verb, rich_help_panel=panel)(_workload_action(action, doc))
     app.command("projects", rich_help_panel=panel)(projects)

@@ -7,12 +7,11 @@ import dataclasses
 import json
 import traceback
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn
 
 import gpupool
 from gpupool.cli.bench import bench_app
@@ -20,18 +19,14 @@ from gpupool.cli.cluster import register as register_cluster_commands
 from gpupool.cli.server_cmd import register as register_server
 from gpupool.cli.terminal import output_console
 from gpupool.cli.up import register as register_up
-from gpupool.core.model import SchedulerSettings
-from gpupool.core.policies import canonical_name
-from gpupool.sim.cluster import Policy, default_cluster, load_cluster
-from gpupool.sim.compare import compare_policies, format_duration_s, summary_json
-from gpupool.sim.console import print_summary
-from gpupool.sim.engine import EngineSettings, ProgressFunction
-from gpupool.sim.errors import SimInputError, SimulationError
-from gpupool.sim.synthetic import WEEK_S, generate
-from gpupool.sim.workload import load_workloads
-from gpupool.whatif.loader import ScenarioError, load_scenario
-from gpupool.whatif.report import FileOutcome, outcome_json, print_outcomes
-from gpupool.whatif.runner import CycleFunction, run_scenario
+from gpupool.sim.choices import Policy
+
+if TYPE_CHECKING:
+    # The simulator, what-if and the scheduling core load inside the commands that run them:
+    # every start of the CLI (`gpupool list`, `--help`) would pay for them otherwise.
+    from gpupool.sim.engine import ProgressFunction
+    from gpupool.whatif.report import FileOutcome
+    from gpupool.whatif.runner import CycleFunction
 
 app = typer.Typer(
     name="gpupool",
@@ -71,6 +66,10 @@ def run_file(
 ) -> FileOutcome:
     """Load and run one scenario file; malformed files and scheduler errors become outcomes.
     `placement` replaces the file's placement policy."""
+    from gpupool.whatif.loader import ScenarioError, load_scenario
+    from gpupool.whatif.report import FileOutcome
+    from gpupool.whatif.runner import run_scenario
+
     shown = str(path)
     try:
         scenario = load_scenario(path)
@@ -111,6 +110,9 @@ def what_if(
     Exit status: 0 every expectation holds, 1 an expectation failed,
     2 a file is malformed (wins over 1), 3 the scheduler itself raised an error (a bug).
     """
+    from gpupool.core.policies import canonical_name
+    from gpupool.whatif.report import outcome_json, print_outcomes
+
     if placement is not None:
         try:
             placement = canonical_name(placement)
@@ -205,6 +207,19 @@ def simulate(
     With no input options: the synthetic workload on the default cluster, static vs guaranteed.
     Exit status: 0 done, 2 bad options or input files (nothing written), 3 a scheduler bug.
     """
+    from rich.progress import BarColumn, Progress, TextColumn
+
+    from gpupool.core.model import SchedulerSettings
+    from gpupool.core.policies import canonical_name
+    from gpupool.sim.cluster import default_cluster, load_cluster
+    from gpupool.sim.compare import compare_policies, summary_json
+    from gpupool.sim.console import print_summary
+    from gpupool.sim.durations import format_duration_s
+    from gpupool.sim.engine import EngineSettings
+    from gpupool.sim.errors import SimInputError, SimulationError
+    from gpupool.sim.synthetic import WEEK_S, generate
+    from gpupool.sim.workload import load_workloads
+
     to_stdout = json_path == "-"
     console = output_console(stderr=to_stdout)
     errors = Console(stderr=True, highlight=False)

@@ -7,10 +7,6 @@ from typing import Annotated
 
 import typer
 
-from gpupool.core.model import SchedulerSettings
-from gpupool.core.policies import canonical_name
-from gpupool.server.settings import ServerSettings
-
 
 def server(
     data_dir: Annotated[
@@ -154,7 +150,10 @@ def server(
     ] = False,
 ) -> None:
     """Run the control-plane service: API, database and scheduling loop."""
+    from gpupool.core.model import SchedulerSettings
+    from gpupool.core.policies import canonical_name
     from gpupool.server.serve import serve  # FastAPI and SQLAlchemy load only for this command
+    from gpupool.server.settings import ServerSettings
 
     if kubernetes:
         executor = "kubernetes"

@@ -15,11 +15,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
-from pydantic import ValidationError
 from typer.core import TyperCommand
 
-from gpupool.api.schemas import WorkloadIn, WorkloadType, validation_error_out
+from gpupool.cli.choices import WorkloadType
 from gpupool.cli.cluster import (
     JsonOption,
     ProjectOption,
@@ -29,7 +27,6 @@ from gpupool.cli.cluster import (
     show,
 )
 from gpupool.cli.usage import parse_duration_s
-from gpupool.client.config import effective_config
 
 __all__ = ["FILE_KEYS", "SubmitCommand", "parse_cpu_milli", "read_env_file", "submit"]
 
@@ -162,6 +159,8 @@ def _scalar(value: object, where: str) -> str:
 
 def load_workload_file(path: Path) -> dict[str, Any]:
     """A workload file's fields as WorkloadIn's, checked for unknown keys and shapes."""
+    import yaml  # only a workload file needs it
+
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as error:
@@ -294,6 +293,10 @@ def submit(
     json_output: JsonOption = False,
 ) -> None:
     """Submit a workload: `gpupool submit job1 --gpu 1 -- python train.py --lr 0.1`."""
+    from pydantic import ValidationError
+
+    from gpupool.api import schemas
+
     after_dashes = ctx.meta.get(AFTER_DASHES)
     positional = ([] if name is None else [name]) + (command or [])
     if after_dashes is not None and len(positional) == len(after_dashes):
@@ -313,7 +316,7 @@ def submit(
     given: dict[str, object] = {
         "name": name,
         "project": project,
-        "type": type_,
+        "type": None if type_ is None else schemas.WorkloadType(type_),
         "gpu": gpu,
         "gpu_memory": gpu_memory,
         "gpu_limit": gpu_limit,
@@ -341,6 +344,8 @@ def submit(
         fail("no workload name: give it first, `gpupool submit NAME ...`, or `name:` in the file")
     if "project" not in fields:
         with handled():
+            from gpupool.client.config import effective_config
+
             fields["project"] = effective_config().project
         if not fields["project"]:
             fail(
@@ -350,12 +355,12 @@ def submit(
     fields.setdefault("working_dir", os.getcwd())
     runnable = fields.get("command") or fields.get("image") or fields.get("duration_s")
     try:
-        workload = WorkloadIn.model_validate(fields)
+        workload = schemas.WorkloadIn.model_validate(fields)
     except ValidationError as error:
         problems = error.errors()
         if not runnable:
             problems.append({"loc": ("command",), "msg": NO_COMMAND})  # type: ignore[typeddict-item]
-        body = validation_error_out(problems)
+        body = schemas.validation_error_out(problems)
         fail(body.detail, body.errors)
     if not runnable:
         fail(NO_COMMAND)

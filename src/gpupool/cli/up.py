@@ -19,13 +19,6 @@ from typing import Annotated
 import typer
 
 from gpupool.cli.cluster import connect, fail, handled, stdout
-from gpupool.client.config import (
-    ClientConfig,
-    config_path,
-    effective_config,
-    read_config,
-    write_config,
-)
 
 DEFAULT_DATA_DIR = Path(".gpupool")
 DEFAULT_FAKE_GPUS = "4x80G"
@@ -123,6 +116,8 @@ def up(
             gpus_total = sum(node.gpu_count for node in client.nodes())
             body = {"name": "default", "quota": {"gpu": gpus_total}}
             client.create_project(ProjectIn.model_validate(body))
+    from gpupool.client.config import config_path, read_config, write_config
+
     config = read_config(config_path())
     if config.project is None:
         write_config(replace(config, project="default"), config_path())
@@ -140,6 +135,8 @@ def up(
 
 
 def _login(data_dir: Path, url: str) -> None:
+    from gpupool.client.config import ClientConfig, config_path, read_config, write_config
+
     token = (data_dir / "admin-token").read_text(encoding="utf-8").strip()
     current = read_config(config_path())
     project = current.project if current.server == url else None
@@ -219,6 +216,8 @@ def dashboard(
     ] = False,
 ) -> None:
     """Print a link that opens the web dashboard logged in as you (it holds your token)."""
+    from gpupool.client.config import effective_config
+
     with handled():
         server, token = effective_config().login()
     link = f"{server.rstrip('/')}/#login={token}"

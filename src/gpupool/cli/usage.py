@@ -8,15 +8,17 @@ import math
 import re
 import time
 from collections.abc import Sequence
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
-from gpupool.api.schemas import DeviceHistoryOut, HistoryOut
 from gpupool.cli.cluster import JsonOption, clock, connect, fail, show, table, usage_view
+
+if TYPE_CHECKING:
+    from gpupool.api.schemas import DeviceHistoryOut, HistoryOut
 
 __all__ = ["UsageBy", "parse_since", "usage"]
 

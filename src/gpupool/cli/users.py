@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gpupool.api.schemas import Role, TokenInfo, UserIn, UserOut
+from gpupool.cli.choices import Role
 from gpupool.cli.cluster import JsonOption, age, clock, connect, handled, show, stdout, table
+
+if TYPE_CHECKING:
+    from gpupool.api.schemas import TokenInfo, UserOut
 
 __all__ = ["token_app", "user_app"]
 
@@ -42,8 +45,10 @@ def user_create(
     json_output: JsonOption = False,
 ) -> None:
     """Create a user and print a new token for them (shown once)."""
+    from gpupool.api import schemas
+
     with handled():
-        spec = UserIn(name=name, role=role, projects=project or [])
+        spec = schemas.UserIn(name=name, role=schemas.Role(role), projects=project or [])
     with connect() as client:
         user = client.create_user(spec)
         token = client.create_token(user.name)

@@ -14,7 +14,6 @@ capped at its quota (limit = quota, no over-quota weight): the fixed partitionin
 from __future__ import annotations
 
 import difflib
-import enum
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -28,6 +27,7 @@ from yaml.nodes import MappingNode, SequenceNode
 from yaml.nodes import Node as YamlNode
 
 from gpupool.core.model import MILLI_PER_GPU, Node, Project, Resources
+from gpupool.sim.choices import Policy
 from gpupool.sim.errors import SimInputError
 from gpupool.specs import AmountsSpec, Name, NodeSpec, ProjectSpec
 from gpupool.specs import SpecModel as _Model
@@ -58,13 +58,6 @@ class Cluster:
     @property
     def capacity_gpu_milli(self) -> int:
         return sum(n.gpu_count for n in self.nodes) * MILLI_PER_GPU
-
-
-class Policy(enum.StrEnum):
-    STATIC = "static"
-    """Each project gets its quota and never more: idle quota stays idle."""
-    GUARANTEED = "guaranteed"
-    """Quotas guaranteed, idle quota lent out and reclaimed (gpupool's model)."""
 
 
 def apply_policy(projects: Sequence[Project], policy: Policy) -> tuple[Project, ...]:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpupool.sim.cluster import Cluster, Policy, apply_policy
+from gpupool.sim.durations import format_duration_s
 from gpupool.sim.engine import EngineSettings, ProgressFunction, SimResult, run_simulation
 from gpupool.sim.fragmentation import shape_fragmentation, typical_shapes
 from gpupool.sim.metrics import Distribution, PolicySummary, summarize
@@ -160,16 +161,3 @@ def _dist(d: Distribution) -> dict[str, object]:
 
 def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
-
-
-def format_duration_s(seconds: float | None) -> str:
-    """`0 s`, `45 s`, `12 min`, `3.4 h`, `2.1 d`; `-` for no value."""
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"

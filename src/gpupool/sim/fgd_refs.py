@@ -17,6 +17,14 @@ from pathlib import Path
 
 from gpupool.core.packing import PackNode
 from gpupool.sim.openb import TracePod
+from gpupool.sim.openb_files import (
+    ALLOC_FILE,
+    FRAG_RATIO_FILE,
+    POD_LIST_PREFIX,
+    PUBLISHED_SEEDS,
+    VARIANTS,
+    pod_list_name,
+)
 from gpupool.sim.packing import run_offline, run_packing
 
 __all__ = [
@@ -33,30 +41,9 @@ __all__ = [
     "pod_list_name",
 ]
 
-ALLOC_FILE = "analysis_allo_discrete.csv"
-FRAG_RATIO_FILE = "analysis_frag_ratio_discrete.csv"
 FGD_POLICY = "06-FGD"
 """The artifact's name for FGD in its `sc_policy` column."""
-VARIANTS = (
-    "default",
-    "cpu050",
-    "cpu100",
-    "gpushare40",
-    "gpushare60",
-    "gpushare80",
-    "gpuspec10",
-    "multigpu20",
-    "multigpu30",
-)
-"""The openb variants with published FGD curves (all shipped in data/openb)."""
-PUBLISHED_SEEDS = tuple(range(42, 52))
-_WORKLOAD_PREFIX = "openb_pod_list_"
 _KEY_COLUMNS = ("workload", "sc_policy", "tune", "seed")
-
-
-def pod_list_name(variant: str) -> str:
-    """`default` -> `openb_pod_list_default.csv`."""
-    return f"{_WORKLOAD_PREFIX}{variant}.csv"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +104,7 @@ def _read(path: Path, tune: float) -> dict[str, dict[int, dict[int, float]]]:
                 if policy != FGD_POLICY or abs(float(row_tune) - tune) > 1e-9:
                     continue
                 values = {level: float(row[i]) for i, level in levels.items() if row[i]}
-                found.setdefault(workload.removeprefix(_WORKLOAD_PREFIX), {})[int(seed)] = values
+                found.setdefault(workload.removeprefix(POD_LIST_PREFIX), {})[int(seed)] = values
             except ValueError as error:
                 raise ValueError(f"{path}:{line}: row: {error}") from None
     return found

@@ -30,6 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpupool.core.model import MILLI_PER_GPU, Node
+from gpupool.sim.openb_files import (
+    ALL_NODE_LIST_FILE,
+    DEFAULT_POD_LIST_FILE,
+    GPU_NODE_LIST_FILE,
+)
 
 __all__ = [
     "ALL_NODE_LIST_FILE",
@@ -50,13 +55,6 @@ __all__ = [
     "load_pods",
     "to_core_node",
 ]
-
-GPU_NODE_LIST_FILE = "openb_node_list_gpu_node.csv"
-"""The 1,213 GPU nodes; the cluster of the FGD experiments."""
-ALL_NODE_LIST_FILE = "openb_node_list_all_node.csv"
-"""All 1,523 nodes, the GPU nodes plus 310 CPU-only ones."""
-DEFAULT_POD_LIST_FILE = "openb_pod_list_default.csv"
-"""The main production workload (8,152 pods)."""
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_SHAPE_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
