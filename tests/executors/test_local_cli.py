@@ -131,6 +131,7 @@ def test_a_workload_that_ignores_sigterm_is_killed_after_its_grace(cli: Cli) -> 
     assert "stubborn" not in [w["name"] for w in events["items"]]
 
 
+@pytest.mark.slow  # about 45 s; CI's quick start runs the same story (`up --demo`) too
 def test_founding_story_preempted_jobs_checkpoint_and_resume(cli: Cli) -> None:
     """Bob's four jobs fill four GPUs; Patty submits two; two of Bob's are preempted,
     checkpoint, and resume after Patty's finish, continuing from their checkpoints."""
