@@ -15,6 +15,9 @@ from pydantic import (
     model_validator,
 )
 
+from gpupool.api.enums import Role as Role
+from gpupool.api.enums import WorkloadStatus as WorkloadStatus
+from gpupool.api.enums import WorkloadType as WorkloadType
 from gpupool.units import GpuAmount, parse_gpu, parse_gpu_limit, parse_gpu_quota, parse_memory_mib
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
@@ -48,28 +51,6 @@ LabelValue = Annotated[
 NonNeg = Annotated[int, Field(ge=0, le=2**31 - 1)]
 Pos = Annotated[int, Field(ge=1, le=2**31 - 1)]
 Priority = Annotated[int, Field(ge=-1_000_000, le=1_000_000)]
-
-
-class Role(enum.StrEnum):
-    ADMIN = "admin"
-    RESEARCHER = "researcher"
-
-
-class WorkloadType(enum.StrEnum):
-    TRAIN = "train"
-    INTERACTIVE = "interactive"
-    INFERENCE = "inference"
-
-
-class WorkloadStatus(enum.StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    COMPLETING = "completing"
-    """A task ended successfully; the others are finishing. Never restarted."""
-    SUSPENDED = "suspended"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    DELETING = "deleting"
 
 
 class TaskState(enum.StrEnum):

@@ -34,7 +34,7 @@ from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 
-from gpupool.cli.choices import WorkloadStatus
+from gpupool.api.enums import WorkloadStatus
 from gpupool.cli.terminal import output_console
 from gpupool.sim.durations import format_duration_s
 

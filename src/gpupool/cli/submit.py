@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand
 
-from gpupool.cli.choices import WorkloadType
+from gpupool.api.enums import WorkloadType
 from gpupool.cli.cluster import (
     JsonOption,
     ProjectOption,

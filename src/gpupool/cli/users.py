@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gpupool.cli.choices import Role
+from gpupool.api.enums import Role
 from gpupool.cli.cluster import JsonOption, age, clock, connect, handled, show, stdout, table
 
 if TYPE_CHECKING:

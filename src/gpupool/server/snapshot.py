@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import Text, cast, select
 from sqlalchemy.orm import Session
@@ -45,29 +45,6 @@ SCHEDULED = (
     WorkloadStatus.COMPLETING.value,
 )
 """Workload states the snapshot gives the core (completing ones as their running tasks)."""
-
-
-class WorkloadColumns(Protocol):
-    """The columns of a workload row that the core needs (a row read by `build_snapshot`, or a
-    submission not stored yet: `--dry-run`)."""
-
-    id: int
-    name: str
-    type: str
-    gpu_kind: str
-    gpu_amount: int
-    gpu_limit_milli: int | None
-    tasks: int
-    min_available: int | None
-    priority: int | None
-    preemptible: bool | None
-    cpu_milli: int
-    memory_mib: int
-    node_selector: dict[str, list[str]]
-    started_at: float | None
-    origin: str
-    tolerations: list[dict[str, str | None]]
-    min_runtime_s: int | None
 
 
 def core_workload(
@@ -248,8 +225,9 @@ class _BadRowError(ValueError):
 
 
 @dataclass(slots=True)
-class _Columns:
-    """A workload row with its JSON columns parsed and checked (a `WorkloadColumns`)."""
+class WorkloadColumns:
+    """The columns of a workload row that the core needs, JSON columns parsed and checked (a row
+    read by `build_snapshot`, or a submission not stored yet: `--dry-run`)."""
 
     id: int
     name: str
@@ -276,8 +254,8 @@ _CHECKED = (
 )  # fmt: skip
 
 
-def _checked(row: Any) -> _Columns:
-    values = {column.name: row[column.name] for column in fields(_Columns)}
+def _checked(row: Any) -> WorkloadColumns:
+    values = {column.name: row[column.name] for column in fields(WorkloadColumns)}
     try:
         values["node_selector"] = parse_json(values["node_selector"], "node_selector")
         values["tolerations"] = parse_json(values["tolerations"], "tolerations")
@@ -286,7 +264,7 @@ def _checked(row: Any) -> _Columns:
     problem = snapshot_problem(**{name: values[name] for name in _CHECKED})
     if problem is not None:
         raise _BadRowError(problem)
-    return _Columns(**values)
+    return WorkloadColumns(**values)
 
 
 def gpu_request(kind: str, amount: int, limit_milli: int | None) -> GpuRequest:

@@ -10,8 +10,6 @@ loop's next cycle may differ if anything changes meanwhile.
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
-from typing import cast
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -47,7 +45,9 @@ def dry_run(
         if status is not None:
             taken[(project.id, body.name)] = status
     values = workload_values(body, who, project, taken, now_s)
-    row = cast(WorkloadColumns, SimpleNamespace(id=LAST_IN_LINE, started_at=None, **values))
+    columns = {f.name for f in dataclasses.fields(WorkloadColumns)}
+    given = {key: value for key, value in values.items() if key in columns}
+    row = WorkloadColumns(**(given | {"id": LAST_IN_LINE, "started_at": None}))
     built = build_snapshot(session, now_s, settings)
     snapshot = built.snapshot
     candidate = core_workload(row, body.project)

@@ -1,10 +1,6 @@
-"""The API's enums that command signatures name, light to import.
-
-Typer reads every command's signature at each start of the CLI, so a type named there must not
-load `gpupool.api.schemas` (pydantic, about a quarter of a second). These mirror the API's enums
-value for value (tests/client/test_cli_startup.py checks it); a command turns its argument into
-the API's enum (`schemas.Role(role)`) where it builds a request.
-"""
+"""The API's enums that command-line signatures name: in a module of their own, with nothing
+but `enum` to import, so that `gpupool --help` and friends need not load pydantic and the
+wire models (`gpupool.api.schemas` re-exports them)."""
 
 from __future__ import annotations
 
@@ -28,6 +24,7 @@ class WorkloadStatus(enum.StrEnum):
     PENDING = "pending"
     RUNNING = "running"
     COMPLETING = "completing"
+    """A task ended successfully; the others are finishing. Never restarted."""
     SUSPENDED = "suspended"
     COMPLETED = "completed"
     FAILED = "failed"
