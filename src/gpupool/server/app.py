@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
 
 import gpupool
+from gpupool.api.limits import MAX_BODY_BYTES
 from gpupool.api.schemas import ErrorDetail, ErrorOut, validation_error_out
 from gpupool.clock import Clock, SystemClock
 from gpupool.executors.base import Executor
@@ -24,6 +25,7 @@ from gpupool.executors.simulated import SimulatedExecutor, parse_simulated_nodes
 from gpupool.server import migrate
 from gpupool.server.auth import TokenCache
 from gpupool.server.batcher import SubmitBatcher
+from gpupool.server.body_limit import BodyLimit, BodyTooLargeError
 from gpupool.server.db import make_engine, make_sessionmakers
 from gpupool.server.errors import ApiError
 from gpupool.server.metrics import ServerMetrics
@@ -186,6 +188,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.gpupool = state
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     app.include_router(cluster.router)
     app.include_router(cluster.api)
     app.include_router(projects.router)
@@ -203,6 +206,10 @@ def _error_handlers(app: FastAPI) -> None:
         errors = [ErrorDetail(field=error.field, message=error.detail)] if error.field else []
         body = ErrorOut(detail=error.detail, errors=errors)
         return JSONResponse(body.model_dump(), status_code=error.status)
+
+    @app.exception_handler(BodyTooLargeError)
+    async def _too_large(request: Request, error: BodyTooLargeError) -> JSONResponse:
+        return JSONResponse(ErrorOut(detail=error.detail).model_dump(), status_code=413)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:
