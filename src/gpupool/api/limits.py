@@ -89,3 +89,13 @@ def env_size(env: dict[str, str]) -> dict[str, str]:
             "its path in a variable"
         )
     return env
+
+
+def quantity_text(value: object) -> object:
+    """An amount written as text is short: checked before it is parsed (as a number or text)."""
+    if isinstance(value, str) and len(value) > QUANTITY_MAX:
+        raise ValueError(
+            f"is {len(value)} characters long, above the limit of {QUANTITY_MAX}: write an "
+            "amount like 1, 0.5, 8G or 512M"
+        )
+    return value

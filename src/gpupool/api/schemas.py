@@ -121,6 +121,8 @@ class AmountsIn(_In):
     cpu_milli: NonNeg | None = None
     memory: Quantity | int | None = Field(default=None, examples=["64G"])
 
+    _short = field_validator("gpu", "memory", mode="before")(limits.quantity_text)
+
     @field_validator("gpu")
     @classmethod
     def _gpu(cls, value: float | str | None) -> float | str | None:
@@ -319,6 +321,10 @@ class WorkloadIn(_In):
     ) = None
     """Kubernetes executor: the container image (default: the server's --default-image).
     Other executors run the command on their own machine and ignore it."""
+
+    _short = field_validator("gpu", "gpu_memory", "gpu_limit", "memory", mode="before")(
+        limits.quantity_text
+    )
 
     @field_validator("gpu")
     @classmethod
