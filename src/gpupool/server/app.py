@@ -5,10 +5,12 @@ from __future__ import annotations
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 import gpupool
@@ -22,6 +24,7 @@ from gpupool.executors.kubernetes.leader import LeaderElector
 from gpupool.executors.kubernetes.settings import KubeSettings
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.simulated import SimulatedExecutor, parse_simulated_nodes
+from gpupool.private import private_dir, tighten_file, touch_private
 from gpupool.server import migrate
 from gpupool.server.auth import TokenCache
 from gpupool.server.batcher import SubmitBatcher
@@ -44,7 +47,7 @@ def _stderr(message: str) -> None:
 
 def default_executor(settings: ServerSettings, clock: Clock, announce: Announce) -> Executor:
     """The executor `settings` ask for; `ValueError` with the fix for a bad choice."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.data_dir)
     if settings.executor == "simulated":
         nodes = parse_simulated_nodes(settings.simulated_nodes or "0x0")
         return SimulatedExecutor(nodes, clock, journal_path=settings.data_dir / "simulated.jsonl")
@@ -116,6 +119,30 @@ def utilization_source(kube: KubeSettings, announce: Announce) -> UtilizationSou
     return PrometheusUtilization(kube.prometheus_url, warn=announce)
 
 
+def secure_data_dir(settings: ServerSettings, announce: Announce) -> None:
+    """The data directory 0700; the SQLite database (created here, so its -wal and -shm
+    files take its mode), the admin token and the server log 0600. What an older version left
+    open to other users is tightened, and the log says so."""
+    old = private_dir(settings.data_dir)
+    if old is not None:
+        announce(
+            f"gpupool: the data directory {settings.data_dir} was open to other users "
+            f"(mode {old:04o}): made it 0700"
+        )
+    files = [settings.data_dir / "admin-token", settings.data_dir / "server.log"]
+    url = make_url(settings.effective_database_url)
+    database = url.database if url.get_backend_name() == "sqlite" else None
+    if database and database != ":memory:" and not database.startswith("file:"):
+        path = Path(database)
+        if path.parent.is_dir():
+            touch_private(path)
+        files += [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
+    for file in files:
+        old = tighten_file(file)
+        if old is not None:
+            announce(f"gpupool: {file} was readable by other users (mode {old:04o}): made it 0600")
+
+
 def create_app(
     settings: ServerSettings,
     executor: Executor | None = None,
@@ -124,7 +151,7 @@ def create_app(
 ) -> FastAPI:
     """The app. Nothing starts until its lifespan: migrations, first admin, the loop."""
     clock = clock or SystemClock()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    secure_data_dir(settings, announce)
     engine = make_engine(settings.effective_database_url)
     writer, reader = make_sessionmakers(engine)
     executor = executor or default_executor(settings, clock, announce)
