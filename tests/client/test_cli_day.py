@@ -296,9 +296,10 @@ def test_dry_run_says_where_or_why_and_submits_nothing(admin: Cli, api: GpupoolC
     assert fits.exit_code == 0, fits.output
     assert f"Dry run {project}/{name}: would start now on sim-" in fits.stdout
     assert "(nothing submitted)" in fits.stdout
-    waits = admin("submit", name, "-p", project, "--gpu", "8", "--dry-run", "--json", "--", "true")
-    answer = json_out(waits)
-    assert answer["would_start"] is False and answer["reason"].startswith("would wait: ")
+    # what no node could run is refused as a submission would be (test_dry_run.py: would wait)
+    never = admin("submit", name, "-p", project, "--gpu", "8", "--dry-run", "--", "true")
+    assert never.exit_code == 2, never.output
+    assert "error: gpu 8 asks for 8 GPUs per task on one node, but the largest node" in never.output
     assert api.list_workloads(project=project).items == []
 
 
