@@ -488,8 +488,8 @@ class WorkloadOut(_Out):
     placement: list[TaskPlacement] = []
     """Its live tasks' nodes and devices (in lists of workloads; empty when none run)."""
     exit_code: int | None = None
-    """When it has finished (in lists): the first non-zero exit code of its tasks' last runs,
-    else 0; null while it has not finished or no exit code is known."""
+    """When it has finished: the first non-zero exit code of its tasks' last runs, else 0; null
+    while it has not finished or no exit code is known."""
 
 
 class WorkloadDetail(WorkloadOut):
