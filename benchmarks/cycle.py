@@ -11,9 +11,11 @@ runs the decisions are checked for consistency (not timed): every decision names
 state it can apply to, and the snapshot after the decisions passes `validate_snapshot`.
 
 Targets (issue 13): a 1,000-node cycle in at most 100 ms, a 10,000-node one in at most 1 s, and
-no worse than linear: at most 10x the time per 10x the nodes. Below the sizes, one row per step
-between consecutive sizes gives each phase's time ratio per 10x of nodes ((t2 / t1) ** (1 /
-log10(n2 / n1)), t2 / t1 itself for a 10x step).
+no worse than linear: at most 10x the time per 10x the nodes, in at most 2 GB of memory: the
+table shows the process's peak resident set size after each size (`ru_maxrss`, snapshot and
+all), and with `--tracemalloc` the peak Python allocations of one more, untimed cycle. Below
+the sizes, one row per step between consecutive sizes gives each phase's time ratio per 10x of
+nodes ((t2 / t1) ** (1 / log10(n2 / n1)), t2 / t1 itself for a 10x step).
 
 The table is as wide as the terminal, or whole (no column cut) when the output is piped.
 Exit status: 0, or 1 when the decisions were inconsistent (missed targets do not change it), or 2
@@ -32,6 +34,7 @@ import math
 import statistics
 import sys
 import time
+import tracemalloc
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -108,6 +111,15 @@ class SizeResult:
     """Workloads with a pending reason after the cycle."""
     problems: list[str] = field(default_factory=list)
     """Consistency problems found in the decisions (empty when all is well)."""
+    peak_rss_mib: float | None = None
+    """The process's peak resident set size (`resource.getrusage(RUSAGE_SELF).ru_maxrss`) once
+    this size was measured: snapshot and cycles together, and a peak over the whole run so far
+    (sizes are measured in the order given, so in ascending order it is this size's). None
+    where `resource` is missing (Windows)."""
+    cycle_peak_mib: float | None = None
+    """With `--tracemalloc`: the peak of Python allocations during one more (untimed) cycle,
+    above what was allocated when it began (`tracemalloc.get_traced_memory`); the cycle's own
+    memory, the snapshot left out."""
 
 
 GC_MODES = ("on", "freeze", "off")
@@ -122,6 +134,7 @@ def measure(
     run_cycle: RunCycle,
     gc_mode: str = "on",
     placement: str = "binpack",
+    trace_memory: bool = False,
 ) -> SizeResult:
     t0 = time.perf_counter()
     snapshot = build_snapshot(nodes, seed)
@@ -157,6 +170,7 @@ def measure(
 
     problems = validate_decisions(snapshot, result.decisions)
     problems += validate_snapshot(apply_decisions(snapshot, result.decisions))
+    cycle_peak_mib = _traced_cycle_peak_mib(snapshot, run_cycle) if trace_memory else None
     return SizeResult(
         nodes=nodes,
         gpus=stats.gpus,
@@ -172,7 +186,35 @@ def measure(
         move=sum(1 for d in result.decisions if isinstance(d, Move)),
         still_pending=len(result.pending_reasons),
         problems=problems,
+        peak_rss_mib=peak_rss_mib(),
+        cycle_peak_mib=cycle_peak_mib,
     )
+
+
+def peak_rss_mib() -> float | None:
+    """The process's peak resident set size so far, MiB (`ru_maxrss`: KiB on Linux, bytes on
+    macOS); None where the `resource` module is missing."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def _traced_cycle_peak_mib(snapshot: Snapshot, run_cycle: RunCycle) -> float:
+    """Peak Python allocations of one cycle above the allocations when it starts, MiB. Under
+    tracemalloc a cycle runs several times slower, so this run is not timed."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        run_cycle(snapshot)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return (peak - base) / (1024 * 1024)
 
 
 def _by_nodes(results: list[SizeResult], nodes: int) -> SizeResult | None:
@@ -247,6 +289,10 @@ def _ms(value: float) -> str:
     return f"{value:,.1f}"
 
 
+def _mib(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f}"
+
+
 def _ratio(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f}x"
 
@@ -262,7 +308,8 @@ def render(
     table = Table(
         title=f"gpupool: one scheduling cycle, ms (median of {repeat}, seed {seed}, gc {gc_mode})",
         caption="snapshot generation is not timed; 'other' = total - sum of phases; "
-        "a→b: time ratio per 10x of nodes (linear: 10.0x)",
+        "a→b: time ratio per 10x of nodes (linear: 10.0x); peak RSS: the process's "
+        "(ru_maxrss), snapshot included, after this size",
     )
     for column in ("nodes", "GPUs", "running", "pending"):
         table.add_column(column, justify="right")
@@ -272,6 +319,10 @@ def render(
     table.add_column("total", justify="right", style="bold")
     for column in ("bind", "evict", "move"):
         table.add_column(column, justify="right")
+    table.add_column("peak RSS MiB", justify="right")
+    traced = any(r.cycle_peak_mib is not None for r in results)
+    if traced:
+        table.add_column("cycle MiB", justify="right")
     for r in results:
         table.add_row(
             f"{r.nodes:,}",
@@ -284,6 +335,8 @@ def render(
             f"{r.bind:,}",
             f"{r.evict:,}",
             f"{r.move:,}",
+            _mib(r.peak_rss_mib),
+            *([_mib(r.cycle_peak_mib)] if traced else []),
         )
     goals = targets(results)
     ladder = steps(results)
@@ -301,6 +354,8 @@ def render(
             "",
             "",
             "",
+            "",
+            *([""] if traced else []),
         )
     console.print(table)
 
@@ -378,6 +433,12 @@ def main(argv: list[str] | None = None) -> int:
         default="binpack",
         help="placement policy (binpack, default, fgd, ...; the server runs default)",
     )
+    parser.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="after the timed cycles, run one more under tracemalloc and report its peak "
+        "Python allocations (the cycle's own memory; slow, not timed)",
+    )
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
     args = parser.parse_args(argv)
     if args.repeat < 1:
@@ -394,7 +455,15 @@ def main(argv: list[str] | None = None) -> int:
     for nodes in args.nodes:
         with console.status(f"{nodes:,} nodes..."):
             results.append(
-                measure(nodes, args.seed, args.repeat, run_cycle, args.gc, args.placement)
+                measure(
+                    nodes,
+                    args.seed,
+                    args.repeat,
+                    run_cycle,
+                    args.gc,
+                    args.placement,
+                    args.tracemalloc,
+                )
             )
 
     if args.json:

@@ -32,7 +32,7 @@ def test_piped_table_keeps_whole_rows(
     out = capsys.readouterr().out
     assert "…" not in out
     rows = [line for line in out.splitlines() if line.startswith("│")]
-    columns = 4 + len(PHASES) + 2 + 3  # sizes, phases, other and total, decisions
+    columns = 4 + len(PHASES) + 2 + 3 + 1  # sizes, phases, other and total, decisions, memory
     assert len(rows) == 3  # two sizes and one step
     assert all(row.count("│") == columns + 1 for row in rows)
     assert rows[-1].split("│")[1].strip() == "3→30"

@@ -7,7 +7,7 @@ session's used counts when a policy asks, with the devices new work may not use 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import overload
 
 from gpupool.core.model import MILLI_PER_GPU
@@ -19,11 +19,15 @@ PinnedDevices = Callable[[int], set[int]]
 
 
 class _DeviceFree(Sequence[Sequence[int]]):
-    __slots__ = ("_pinned", "_session")
+    __slots__ = ("_pinned", "_pinned_nodes", "_session", "_used")
 
-    def __init__(self, session: Session, pinned: PinnedDevices) -> None:
+    def __init__(
+        self, session: Session, pinned: PinnedDevices, pinned_nodes: Container[int] | None
+    ) -> None:
         self._session = session
+        self._used = session.device_used
         self._pinned = pinned
+        self._pinned_nodes = pinned_nodes
 
     def __len__(self) -> int:
         return len(self._session.nodes)
@@ -36,9 +40,11 @@ class _DeviceFree(Sequence[Sequence[int]]):
     def __getitem__(self, node: int | slice) -> Sequence[int] | Sequence[Sequence[int]]:
         if isinstance(node, slice):
             return [self[i] for i in range(len(self))[node]]
-        free = [MILLI_PER_GPU - used for used in self._session.device_used[node]]
-        for device in self._pinned(node):
-            free[device] = -1
+        free = [MILLI_PER_GPU - used for used in self._used[node]]
+        pinned_nodes = self._pinned_nodes
+        if pinned_nodes is None or node in pinned_nodes:
+            for device in self._pinned(node):
+                free[device] = -1
         return free
 
 
@@ -47,7 +53,14 @@ class SessionCapacity:
 
     __slots__ = ("_device_free", "_nodes", "_session")
 
-    def __init__(self, session: Session, pinned: PinnedDevices) -> None:
+    def __init__(
+        self,
+        session: Session,
+        pinned: PinnedDevices,
+        pinned_nodes: Container[int] | None = None,
+    ) -> None:
+        """`pinned_nodes`, when given, holds every node `pinned` may name devices of (the
+        others are not asked)."""
         self._session = session
         self._nodes = tuple(
             PackNode(
@@ -59,7 +72,7 @@ class SessionCapacity:
             )
             for n in session.nodes
         )
-        self._device_free = _DeviceFree(session, pinned)
+        self._device_free = _DeviceFree(session, pinned, pinned_nodes)
 
     @property
     def nodes(self) -> Sequence[PackNode]:

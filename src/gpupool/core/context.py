@@ -88,6 +88,8 @@ class CycleContext:
         self.spread_moves: list[Move] = []
         self.reasons: dict[int, str] = {}
         self.bind_reasons: dict[int, str] = {}
+        self.joined_reasons: dict[tuple[str, str], str] = {}
+        """A reason with a note appended (`actions.reclaim`), by (reason, note)."""
         self.policy_blocked: set[int] = set()
         """Works that G3 holds back this cycle: evicting others cannot help them."""
         self.queues: dict[int, list[WorkRecord]] | None = None

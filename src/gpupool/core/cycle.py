@@ -11,12 +11,13 @@ from gpupool.core.actions.allocate import allocate
 from gpupool.core.actions.consolidate import consolidate
 from gpupool.core.actions.node_level import node_level
 from gpupool.core.actions.reclaim import preempt, reclaim
+from gpupool.core.candidates import cycle_typical
 from gpupool.core.context import CycleContext
 from gpupool.core.decisions import Bind, CycleResult, Decision, ProjectShare
 from gpupool.core.fairshare import compute_fair_shares
 from gpupool.core.model import Resources, Snapshot
 from gpupool.core.observer import CycleObserver, NullObserver
-from gpupool.core.placement import Placer, cycle_typical
+from gpupool.core.placement import Placer
 from gpupool.core.session import Session, WorkState
 
 # Enum members as module globals: reading one from its class costs ten times as much in

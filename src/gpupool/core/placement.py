@@ -10,8 +10,10 @@ candidate node for the task and chooses its devices there.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
+from typing import Any, Final
 
+from gpupool.core.candidates import Offer, RotatingPick
 from gpupool.core.capacity import SessionCapacity
 from gpupool.core.model import (
     MILLI_PER_GPU,
@@ -20,86 +22,19 @@ from gpupool.core.model import (
     Workload,
 )
 from gpupool.core.policies import create_policy
-from gpupool.core.policies.base import PodShape, PolicyContext, TypicalShape
+from gpupool.core.policies.base import PodShape, PolicyContext, Scored, TypicalShape
 from gpupool.core.session import Session, TaskAlloc, WorkRecord
 
-TYPICAL_WEIGHT_STEP = 100
-"""The cycle's target workload weights are rounded to 1/this: the same mix from one cycle to
-the next gives the same target (and the policies' per-target work is kept)."""
+# Enum members as module globals: reading one from its class costs ten times as much in
+# Python 3.11, and a search reads them for every task placed.
+_WHOLE = GpuRequestKind.WHOLE
+_FRACTION = GpuRequestKind.FRACTION
+_MEMORY = GpuRequestKind.MEMORY
 
-
-def cycle_typical(
-    workloads: Iterable[Workload], max_device_memory_mib: int
-) -> tuple[TypicalShape, ...]:
-    """The target workload a policy keeps room for: the tasks now waiting, by GPU request, each
-    with the mean CPU and memory of its tasks, weighted by task count (rounded)."""
-    totals: dict[tuple[int, int], list[int]] = {}
-    for w in workloads:
-        request = w.gpu
-        if request.kind is GpuRequestKind.WHOLE:
-            key = (request.amount, MILLI_PER_GPU)
-        else:
-            key = (1, request.milli_on(max_device_memory_mib))
-        row = totals.get(key)
-        if row is None:
-            row = totals[key] = [0, 0, 0]
-        row[0] += w.tasks
-        row[1] += w.cpu_milli * w.tasks
-        row[2] += w.memory_mib * w.tasks
-    tasks = sum(row[0] for row in totals.values())
-    shapes: list[TypicalShape] = []
-    for (count, milli), (n, cpu, memory) in sorted(totals.items()):
-        weight = round(n * TYPICAL_WEIGHT_STEP / tasks) / TYPICAL_WEIGHT_STEP
-        if weight > 0:
-            shapes.append(TypicalShape(PodShape(cpu // n, memory // n, count, milli), weight))
-    return tuple(shapes)
-
-
-class _RotatingPick:
-    """The cycle's `pick(n)` for a policy that chooses at random (the benchmark's `random`): the
-    core holds no randomness, so it rotates through the choices from a start the snapshot's time
-    sets, and a cycle stays a function of its snapshot."""
-
-    __slots__ = ("_next",)
-
-    def __init__(self, start: int) -> None:
-        self._next = start
-
-    def __call__(self, count: int) -> int:
-        self._next += 1
-        return self._next % count
-
+_UNSCORED: Final[Any] = object()
+"""What `Placer._scores` answers for a shape not scored yet on a node."""
 
 NodeSelector = tuple[tuple[str, tuple[str, ...]], ...]
-
-
-class _Offer:
-    """Counts the candidates offered to the policy: at most `limit` of each GPU model, and
-    enough once every model the workload may use has its `limit` (on a cluster of one model,
-    simply `limit`). Per model, because a fragmentation-aware policy decides between models
-    (which nodes to keep free for work that needs a scarce one) only if it sees them."""
-
-    __slots__ = ("_counts", "_left", "_limit", "_model_of")
-
-    def __init__(self, limit: int, models: int, model_of: list[int]) -> None:
-        self._limit = limit
-        self._left = models
-        self._model_of = model_of
-        self._counts: dict[int, int] = {}
-
-    def take(self, node: int) -> bool:
-        model = self._model_of[node]
-        count = self._counts.get(model, 0)
-        if count >= self._limit:
-            return False
-        self._counts[model] = count + 1
-        if count + 1 == self._limit:
-            self._left -= 1
-        return True
-
-    @property
-    def full(self) -> bool:
-        return self._left <= 0
 
 
 class Placer:
@@ -132,8 +67,15 @@ class Placer:
         models: dict[str | None, int] = {}
         self._model_of = [models.setdefault(n.gpu_model, len(models)) for n in session.nodes]
         self._models_allowed: dict[frozenset[int] | None, int] = {None: len(models)}
-        self.capacity = SessionCapacity(session, self._pinned_now)
-        self._pick = _RotatingPick(session.snapshot.now_s)
+        self._scores: list[dict[int, Scored | None]] = [{} for _ in session.nodes]
+        """Per node, the policy's score by shape (`id` of a `PodShape` from `_shapes`, which
+        keeps them all for the cycle), valid while the node's version is `_scored_at[node]`.
+        A policy scores a node from that node's own state alone (`policies.base`), so a node
+        nothing changed on since scores the same: most candidates of one search are scored
+        again by the next."""
+        self._scored_at = [0] * len(session.nodes)
+        self.capacity = SessionCapacity(session, self._pinned_now, self._pins)
+        self._pick = RotatingPick(session.snapshot.now_s)
         self.policy = create_policy(
             session.settings.placement,
             PolicyContext(tuple(self.capacity.nodes), typical, self._pick),
@@ -284,18 +226,14 @@ class Placer:
         scores each and the lowest score wins, the earlier candidate on a tie."""
         request = workload.gpu
         policy = self.policy
-        if request.kind is GpuRequestKind.WHOLE:
+        if request.kind is _WHOLE:
             if request.amount > self.session.max_gpus_per_node:
                 return None
             candidates = self._whole_candidates(
                 workload, excluded, request.amount, policy.whole_in_offered_order
             )
         else:
-            if (
-                max_milli is not None
-                and request.kind is GpuRequestKind.FRACTION
-                and request.amount > max_milli
-            ):
+            if max_milli is not None and request.kind is _FRACTION and request.amount > max_milli:
                 return None
             candidates = self._shared_candidates(workload, excluded, max_milli)
         if not candidates:
@@ -308,19 +246,34 @@ class Placer:
         if rotate and len(candidates) > 1:
             first = self._pick(len(candidates))
             candidates = candidates[first:] + candidates[:first]
-        fixed = None if request.kind is GpuRequestKind.MEMORY else self._shape(workload, 0)
+        per_node = request.kind is _MEMORY
+        shape = self._shape(workload, 0)
+        shape_id = id(shape)
+        shared = request.is_shared
         best: tuple[float, int, tuple[int, ...], PodShape] | None = None
+        scores = self._scores
+        scored_at = self._scored_at
+        versions = self.session.node_version
         for node in candidates:
             # the candidates fit (devices, CPU, memory, selector): only the score is asked for
-            shape = fixed or self._shape(workload, node)
-            scored = policy.score(view, node, shape)
+            if per_node:
+                shape = self._shape(workload, node)
+                shape_id = id(shape)
+            memo = scores[node]
+            version = versions[node]
+            if scored_at[node] != version:
+                memo.clear()
+                scored_at[node] = version
+            scored = memo.get(shape_id, _UNSCORED)
+            if scored is _UNSCORED:
+                scored = memo[shape_id] = policy.score(view, node, shape)
             if scored is None:
                 continue
             if best is not None and (
                 scored[0] > best[0] or (scored[0] == best[0] and (rotate or node > best[1]))
             ):
                 continue
-            if request.is_shared and not self._memory_fits(workload, node, scored[1]):
+            if shared and not self._memory_fits(workload, node, scored[1]):
                 continue
             best = (scored[0], node, scored[1], shape)
         if best is None:
@@ -340,7 +293,7 @@ class Placer:
         """The task as a policy sees it on `node` (a memory request's share depends on the
         node's device memory; node selectors and GPU models are the placer's filters)."""
         request = workload.gpu
-        if request.kind is GpuRequestKind.MEMORY:
+        if request.kind is _MEMORY:
             milli = request.milli_on(self.session.nodes[node].gpu_memory_mib)
         else:
             milli = request.amount if request.is_shared else MILLI_PER_GPU
@@ -367,13 +320,13 @@ class Placer:
         for count in buckets:
             yield from s.nodes_by_empty[count]
 
-    def _offer(self, allowed: frozenset[int] | None) -> _Offer:
+    def _offer(self, allowed: frozenset[int] | None) -> Offer:
         models = self._models_allowed.get(allowed)
         if models is None:
             assert allowed is not None
             models = self._models_allowed[allowed] = len({self._model_of[n] for n in allowed})
         limit = self.session.settings.placement_candidates
-        return _Offer(limit, models, self._model_of)
+        return Offer(limit, models, self._model_of)
 
     def _whole_candidates(
         self, workload: Workload, excluded: int | None, needed: int, first_only: bool = False
@@ -384,8 +337,18 @@ class Placer:
         pins = self._pins
         offer = self._offer(allowed)
         found: list[int] = []
+        # `_node_fits`, inline: this loop runs for every whole-GPU task placed
+        cpu_free = self.session.cpu_free
+        memory_free = self.session.memory_free
+        cpu = workload.cpu_milli
+        memory = workload.memory_mib
         for node in self._nodes_with_empty(needed):
-            if not self._node_fits(node, workload, allowed, excluded):
+            if (
+                node == excluded
+                or (allowed is not None and node not in allowed)
+                or cpu_free[node] < cpu
+                or memory_free[node] < memory
+            ):
                 continue
             if pins and node in pins:
                 used = self.session.device_used[node]
@@ -409,14 +372,31 @@ class Placer:
         request = workload.gpu
         allowed = self._allowed(workload)
         smallest = request.milli_on(s.max_device_memory_mib)
+        # `_node_fits`, inline: this loop runs for every fraction placed
+        cpu_free = s.cpu_free
+        memory_free = s.memory_free
+        cpu = workload.cpu_milli
+        memory = workload.memory_mib
+        # a fraction costs the same on every device; a memory request depends on the node's
+        per_node = request.kind is _MEMORY
+        milli = request.amount
+        nodes = s.nodes
         found: dict[int, None] = {}
         keys = s.shared_free_keys
+        by_free = s.shared_by_free
         offer = self._offer(allowed)
         for free in keys[bisect.bisect_left(keys, smallest) :]:
-            for node, _device in s.shared_by_free[free]:
-                if node in found or not self._node_fits(node, workload, allowed, excluded):
+            for node, _device in by_free[free]:
+                if (
+                    node in found
+                    or node == excluded
+                    or (allowed is not None and node not in allowed)
+                    or cpu_free[node] < cpu
+                    or memory_free[node] < memory
+                ):
                     continue
-                milli = request.milli_on(s.nodes[node].gpu_memory_mib)
+                if per_node:
+                    milli = request.milli_on(nodes[node].gpu_memory_mib)
                 if milli > free or (max_milli is not None and milli > max_milli):
                     continue
                 if offer.take(node):
@@ -428,7 +408,13 @@ class Placer:
         offer = self._offer(allowed)
         pins = self._pins
         for node in self._nodes_with_empty(1):
-            if node in found or not self._node_fits(node, workload, allowed, excluded):
+            if (
+                node in found
+                or node == excluded
+                or (allowed is not None and node not in allowed)
+                or cpu_free[node] < cpu
+                or memory_free[node] < memory
+            ):
                 continue
             if pins and node in pins:
                 used = s.device_used[node]

@@ -13,134 +13,30 @@ Indexes kept up to date on every change, so that a placement search does not sca
 from __future__ import annotations
 
 import bisect
-import enum
-from typing import NamedTuple
+import functools
 
 from gpupool.core.model import (
     MILLI_PER_GPU,
     GpuRequestKind,
     Node,
-    Project,
     Snapshot,
     TaskPlacement,
     Workload,
-    WorkloadType,
 )
+from gpupool.core.records import NO_ALLOCS as _NO_ALLOCS
+from gpupool.core.records import UNTRACKED as UNTRACKED
+from gpupool.core.records import ProjectRecord as ProjectRecord
+from gpupool.core.records import TaskAlloc as TaskAlloc
+from gpupool.core.records import WorkRecord as WorkRecord
+from gpupool.core.records import WorkState as WorkState
 
-UNTRACKED = 1 << 62
-"""Free CPU or memory of a node that does not declare it: never the bottleneck."""
+# The records live in `records`; the actions import them from here, next to `Session`.
 
-
-class WorkState(enum.Enum):
-    PENDING = "pending"
-    RUNNING = "running"
-    EVICTED = "evicted"
-
-
-_PENDING = WorkState.PENDING
 _RUNNING = WorkState.RUNNING
-"""Enum members by module name: in Python 3.11 reading `WorkState.RUNNING` from the class
-costs ten times a global, and hashing a member runs Python code."""
-
-
-class TaskAlloc(NamedTuple):
-    """One placed task inside the session: node index, devices and what it takes on each.
-
-    A named tuple rather than a frozen dataclass: a cycle makes thousands (every running task,
-    every tentative placement), and a tuple is built several times faster."""
-
-    task_index: int
-    node: int
-    devices: tuple[int, ...]
-    milli_per_device: int
-    memory_mib_per_device: int
-    burst_device: int | None = None
-
-
-_TYPE_DEFAULTS = {t: (t.default_priority, t.default_preemptible) for t in WorkloadType}
-"""Per workload type: (priority, preemptible) when the workload does not set them."""
 _WHOLE = GpuRequestKind.WHOLE
 _FRACTION = GpuRequestKind.FRACTION
-_TRAIN = WorkloadType.TRAIN
-_TRAIN_DEFAULTS = _TYPE_DEFAULTS[_TRAIN]
-"""The most common type, told apart by identity: hashing an enum member runs Python code."""
-
-_NO_ALLOCS: dict[int, TaskAlloc] = {}
-"""Shared by every record with nothing placed; `Session._add_alloc` gives a record its own dict
-on the first placement. Most workloads in a long queue never get one in a cycle, and not
-allocating 100,000 empty dicts keeps the cycle clear of full garbage collections."""
-
-
-class WorkRecord:
-    """Session-side state of one workload (mutable; the snapshot's `Workload` stays frozen)."""
-
-    __slots__ = (
-        "allocs",
-        "index",
-        "preemptible",
-        "priority",
-        "project",
-        "spec",
-        "started_this_cycle",
-        "state",
-        "task_gpu_milli",
-    )
-
-    def __init__(self, index: int, spec: Workload, project: int, task_gpu_milli: int) -> None:
-        self.index = index
-        self.spec = spec
-        self.project = project
-        kind = spec.type
-        defaults = _TRAIN_DEFAULTS if kind is _TRAIN else _TYPE_DEFAULTS[kind]
-        priority = spec.priority
-        self.priority = defaults[0] if priority is None else priority
-        preemptible = spec.preemptible
-        self.preemptible = defaults[1] if preemptible is None else preemptible
-        self.task_gpu_milli = task_gpu_milli
-        """Per-task GPU charge; a memory request is estimated on the largest device."""
-        self.allocs: dict[int, TaskAlloc] = _NO_ALLOCS
-        self.state = _PENDING
-        self.started_this_cycle = False
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def missing_tasks(self) -> list[int]:
-        allocs = self.allocs
-        if not allocs:
-            return list(range(self.spec.tasks))
-        return [i for i in range(self.spec.tasks) if i not in allocs]
-
-
-class ProjectRecord:
-    """Session-side accounting of one project-tree node (leaf or department)."""
-
-    __slots__ = (
-        "ancestors",
-        "children",
-        "fair_share",
-        "holding",
-        "index",
-        "nonpreemptible_holding",
-        "spec",
-    )
-
-    def __init__(self, index: int, spec: Project) -> None:
-        self.index = index
-        self.spec = spec
-        self.ancestors: tuple[int, ...] = ()
-        """Path from the root down to and including this node."""
-        self.children: list[int] = []
-        self.holding = [0, 0, 0]
-        """gpu milli, cpu milli, memory MiB held by running tasks."""
-        self.nonpreemptible_holding = [0, 0, 0]
-        self.fair_share = [0, 0, 0]
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
+"""Enum members by module name: in Python 3.11 reading one from its class costs ten times a
+global, and hashing a member runs Python code."""
 
 
 class Session:
@@ -161,6 +57,9 @@ class Session:
         self.max_gpus_per_node = max((n.gpu_count for n in nodes), default=0)
         self.max_device_memory_mib = max((n.gpu_memory_mib for n in nodes), default=1)
         self.empty_count = [n.gpu_count for n in nodes]
+        self.node_version = [0] * len(nodes)
+        """Per node, a count of the changes to what runs there (devices, CPU, memory, tags):
+        a placement policy's score for the node stays valid while it is unchanged."""
         self.nodes_by_empty: list[dict[int, None]] = [{} for _ in range(self.max_gpus_per_node + 1)]
         self.shared_by_free: dict[int, dict[tuple[int, int], None]] = {}
         self.shared_free_keys: list[int] = []
@@ -188,11 +87,15 @@ class Session:
         `_add_alloc` and `_remove_alloc`."""
 
         self.works: list[WorkRecord] = []
-        self.work_index: dict[str, int] = {}
         self.running_at_start: list[WorkRecord] = []
         """The works that run when the cycle starts, in order: the only ones that can be
         victims or movers (work started this cycle cannot)."""
         self._build_works(snapshot.workloads)
+
+    @functools.cached_property
+    def work_index(self) -> dict[str, int]:
+        """Workload name -> index in `works`; built when first asked for (the cycle does not)."""
+        return {work.spec.name: work.index for work in self.works}
 
     # --- building -------------------------------------------------------------------------
 
@@ -204,7 +107,6 @@ class Session:
         bucket in the order of its last change, as the incremental updates would have left it.
         """
         works = self.works
-        work_index = self.work_index
         project_index = self.project_index
         projects = self.projects
         largest = self.max_device_memory_mib
@@ -246,7 +148,6 @@ class Session:
             else:
                 task_milli = gpu.milli_on(largest)
             record = WorkRecord(index, spec, project, task_milli)
-            work_index[spec.name] = index
             works.append(record)
             if not spec.placements:
                 continue
@@ -384,49 +285,74 @@ class Session:
         spec = work.spec
         node = alloc.node
         milli = alloc.milli_per_device
-        self._change_devices(node, alloc.devices, milli, alloc.memory_mib_per_device)
-        self.cpu_free[node] -= spec.cpu_milli
-        self.memory_free[node] -= spec.memory_mib
+        devices = alloc.devices
+        self._change_devices(node, devices, milli, alloc.memory_mib_per_device)
+        cpu = spec.cpu_milli
+        memory = spec.memory_mib
+        self.cpu_free[node] -= cpu
+        self.memory_free[node] -= memory
         if work.allocs is _NO_ALLOCS:
             work.allocs = {}
         work.allocs[alloc.task_index] = alloc
-        gpu = milli * len(alloc.devices)
-        cpu = spec.cpu_milli
-        memory = spec.memory_mib
-        nonpreemptible = not work.preemptible
-        for holding, nonpreemptible_holding in self._holders[work.project]:
-            holding[0] += gpu
-            holding[1] += cpu
-            holding[2] += memory
-            if nonpreemptible:
+        gpu = milli * len(devices)
+        if work.preemptible:
+            for holding, _nonpreemptible in self._holders[work.project]:
+                holding[0] += gpu
+                holding[1] += cpu
+                holding[2] += memory
+        else:
+            for holding, nonpreemptible_holding in self._holders[work.project]:
+                holding[0] += gpu
+                holding[1] += cpu
+                holding[2] += memory
                 nonpreemptible_holding[0] += gpu
                 nonpreemptible_holding[1] += cpu
                 nonpreemptible_holding[2] += memory
-        if spec.gpu.kind is _FRACTION and spec.gpu.is_burstable:
+        request = spec.gpu
+        if request.kind is _FRACTION and request.is_burstable:
             self.burstable_works[work.index] = None
-        self._tag(alloc, 1)
+        if devices:  # `_tag(alloc, 1)`, inline: every placement runs it
+            tag = 0 if milli < MILLI_PER_GPU else len(devices)
+            tags = self.node_tags[node]
+            count = tags.get(tag, 0) + 1
+            if count:
+                tags[tag] = count
+            else:
+                del tags[tag]
 
     def _remove_alloc(self, work: WorkRecord, task_index: int) -> TaskAlloc:
         alloc = work.allocs.pop(task_index)
         spec = work.spec
         node = alloc.node
         milli = alloc.milli_per_device
-        self._change_devices(node, alloc.devices, -milli, -alloc.memory_mib_per_device)
-        self.cpu_free[node] += spec.cpu_milli
-        self.memory_free[node] += spec.memory_mib
-        gpu = milli * len(alloc.devices)
+        devices = alloc.devices
+        self._change_devices(node, devices, -milli, -alloc.memory_mib_per_device)
         cpu = spec.cpu_milli
         memory = spec.memory_mib
-        nonpreemptible = not work.preemptible
-        for holding, nonpreemptible_holding in self._holders[work.project]:
-            holding[0] -= gpu
-            holding[1] -= cpu
-            holding[2] -= memory
-            if nonpreemptible:
+        self.cpu_free[node] += cpu
+        self.memory_free[node] += memory
+        gpu = milli * len(devices)
+        if work.preemptible:
+            for holding, _nonpreemptible in self._holders[work.project]:
+                holding[0] -= gpu
+                holding[1] -= cpu
+                holding[2] -= memory
+        else:
+            for holding, nonpreemptible_holding in self._holders[work.project]:
+                holding[0] -= gpu
+                holding[1] -= cpu
+                holding[2] -= memory
                 nonpreemptible_holding[0] -= gpu
                 nonpreemptible_holding[1] -= cpu
                 nonpreemptible_holding[2] -= memory
-        self._tag(alloc, -1)
+        if devices:  # `_tag(alloc, -1)`, inline: every removal runs it
+            tag = 0 if milli < MILLI_PER_GPU else len(devices)
+            tags = self.node_tags[node]
+            count = tags.get(tag, 0) - 1
+            if count:
+                tags[tag] = count
+            else:
+                del tags[tag]
         return alloc
 
     def _tag(self, alloc: TaskAlloc, sign: int) -> None:
@@ -447,26 +373,38 @@ class Session:
         shared bucket, a node whose number of empty devices changed to the end of its bucket
         (once per call: every device changes the same way, so the intermediate buckets a
         device-by-device update would pass through end up as they were)."""
-        used = self.device_used[node]
+        self.node_version[node] += 1
         memory_used = self.device_memory_used[node]
-        empty_delta = 0
         for device in devices:
             memory_used[device] += memory
-            if not milli:
-                continue
+        if not milli:
+            return
+        used = self.device_used[node]
+        by_free = self.shared_by_free
+        empty_delta = 0
+        for device in devices:
             before = used[device]
             after = before + milli
             used[device] = after
-            if 0 < before < MILLI_PER_GPU:
-                self._unindex_shared(node, device, MILLI_PER_GPU - before)
-            if 0 < after < MILLI_PER_GPU:
-                self._index_shared(node, device, MILLI_PER_GPU - after)
+            if 0 < before < MILLI_PER_GPU:  # out of its shared bucket
+                free = MILLI_PER_GPU - before
+                bucket = by_free[free]
+                del bucket[(node, device)]
+                if not bucket:
+                    del by_free[free]
+                    keys = self.shared_free_keys
+                    del keys[bisect.bisect_left(keys, free)]
+            if 0 < after < MILLI_PER_GPU:  # to the end of its new shared bucket
+                free = MILLI_PER_GPU - after
+                into = by_free.get(free)
+                if into is None:
+                    into = by_free[free] = {}
+                    bisect.insort(self.shared_free_keys, free)
+                into[(node, device)] = None
             if before == 0:
                 empty_delta -= 1
             elif after == 0:
                 empty_delta += 1
-        if not milli:
-            return
         self.used_gpu_milli += milli * len(devices)
         if empty_delta:
             old = self.empty_count[node]
@@ -474,20 +412,6 @@ class Session:
             del self.nodes_by_empty[old][node]
             self.nodes_by_empty[new][node] = None
             self.empty_count[node] = new
-
-    def _index_shared(self, node: int, device: int, free: int) -> None:
-        bucket = self.shared_by_free.get(free)
-        if bucket is None:
-            bucket = self.shared_by_free[free] = {}
-            bisect.insort(self.shared_free_keys, free)
-        bucket[(node, device)] = None
-
-    def _unindex_shared(self, node: int, device: int, free: int) -> None:
-        bucket = self.shared_by_free[free]
-        del bucket[(node, device)]
-        if not bucket:
-            del self.shared_by_free[free]
-            del self.shared_free_keys[bisect.bisect_left(self.shared_free_keys, free)]
 
     def set_burst_device(self, work: WorkRecord, task_index: int, device: int | None) -> None:
         """Node-level: where a placed dynamic fraction physically runs. Accounting unchanged."""

@@ -91,6 +91,8 @@ def allocate(ctx: CycleContext) -> None:
     reasons = ctx.reasons
     unlimited = [not ctx.limit_levels(p) for p in range(len(projects))]
     memory = _MEMORY
+    whole = _WHOLE
+    fraction = _FRACTION
     shape_keys = ctx.shape_keys
     while heap:
         _, name, project = heap[0]
@@ -107,9 +109,19 @@ def allocate(ctx: CycleContext) -> None:
             gang = len(range(spec.tasks)[:gang])
             if gang:
                 key = shape_keys.get(work.index)
-                if key is None:
-                    key = shape_keys[work.index] = shape_key(work, gang)
-                if spec.gpu.kind is memory:
+                request = spec.gpu
+                kind = request.kind
+                if key is None:  # `shape_key(work, gang)`, inline: every pending work is here
+                    key = shape_keys[work.index] = (
+                        0 if kind is whole else 1 if kind is fraction else 2,
+                        request.amount,
+                        gang,
+                        spec.cpu_milli,
+                        spec.memory_mib,
+                        spec.node_selector,
+                        spec.tolerations,
+                    )
+                if kind is memory:
                     key = (*key, project)
                 cached = failed.get(key)
                 if cached is not None:

@@ -26,6 +26,7 @@ tried again for that project in the same cycle.
 from __future__ import annotations
 
 import bisect
+import operator
 
 from gpupool.core.actions.allocate import (
     ShapeKey,
@@ -50,6 +51,7 @@ _PENDING = WorkState.PENDING
 _RUNNING = WorkState.RUNNING
 
 _FAIR, _QUOTA = 0, 1
+_order = operator.attrgetter("order")
 _NOTHING_TO_RECLAIM = "no over-quota work of other projects can be reclaimed to make it fit"
 
 
@@ -78,6 +80,17 @@ def _pending_in_order(ctx: CycleContext) -> list[WorkRecord]:
     return pending
 
 
+def _gang_to_start(work: WorkRecord) -> int:
+    """`CycleContext.gang_to_start`, without the method lookup: reclaim and preempt ask it of
+    every pending workload."""
+    if work.allocs:
+        return 0
+    spec = work.spec
+    tasks = spec.tasks
+    gang = spec.min_available
+    return len(range(tasks)[: tasks if gang is None else gang])
+
+
 def _bar(record: ProjectRecord, kind: int) -> int:
     return record.fair_share[GPU] if kind == _FAIR else record.spec.quota.gpu_milli
 
@@ -100,11 +113,12 @@ def reclaim(ctx: CycleContext) -> None:
     victim_projects: list[int] = []
     waits: dict[tuple[int, int, int, int], str] = {}
     """`_explain_no_reclaim`'s note by what it says: most of a long queue gets one of a few."""
+    limited = [bool(ctx.limit_levels(p)) for p in range(len(session.projects))]
     for work in _pending_in_order(ctx):
-        gang_size = ctx.gang_to_start(work)
+        gang_size = _gang_to_start(work)
         if not gang_size:
             continue
-        if not work.preemptible or ctx.limit_levels(work.project):
+        if not work.preemptible or limited[work.project]:
             ask = ctx.ask(work, gang_size)
             if ctx.quota_problem(work, ask) is not None:
                 continue
@@ -212,7 +226,7 @@ def _reclaim_candidates(ctx: CycleContext) -> list[VictimUnit]:
         if work.project in over and can_be_victim(session, work)
         for unit in victim_units(work)
     ]
-    units.sort(key=lambda u: u.order)
+    units.sort(key=_order)
     return units
 
 
@@ -310,8 +324,13 @@ def _append_reason(ctx: CycleContext, work: WorkRecord, note: str) -> None:
     base = ctx.reasons.get(work.index)
     if base is None:
         ctx.reasons[work.index] = note
-    elif note not in base:
-        ctx.reasons[work.index] = f"{base}; {note}"
+        return
+    # Most of a long queue appends one of a few notes to one of a few reasons: the outcome is
+    # kept by the pair (the same text, found without searching the reason again).
+    joined = ctx.joined_reasons.get((base, note))
+    if joined is None:
+        joined = ctx.joined_reasons[(base, note)] = base if note in base else f"{base}; {note}"
+    ctx.reasons[work.index] = joined
 
 
 def preempt(ctx: CycleContext) -> None:
@@ -323,7 +342,7 @@ def preempt(ctx: CycleContext) -> None:
     for work in _pending_in_order(ctx):
         if budget <= 0:
             return
-        gang_size = ctx.gang_to_start(work)
+        gang_size = _gang_to_start(work)
         if not gang_size:
             continue
         if by_project is None:
@@ -364,6 +383,6 @@ def _candidates_by_project(ctx: CycleContext) -> dict[int, tuple[list[VictimUnit
             units.setdefault(work.project, []).extend(victim_units(work))
     result: dict[int, tuple[list[VictimUnit], list[int]]] = {}
     for project, project_units in units.items():
-        project_units.sort(key=lambda u: u.order)
+        project_units.sort(key=_order)
         result[project] = (project_units, [u.order[0] for u in project_units])
     return result

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpupool.core.context import CycleContext
 from gpupool.core.decisions import Evict, EvictionCause
@@ -25,8 +26,11 @@ _EVICTED = WorkState.EVICTED
 _RUNNING = WorkState.RUNNING
 
 
-@dataclass(frozen=True, slots=True)
-class VictimUnit:
+class VictimUnit(NamedTuple):
+    """A named tuple rather than a frozen dataclass (as `TaskAlloc`): reclaim and preempt
+    make one or more per running workload, every cycle, and a tuple is built several times
+    faster."""
+
     work: WorkRecord
     task_indices: tuple[int, ...]
     """Tasks this unit evicts; empty means every task still placed (the whole workload)."""

@@ -10,6 +10,8 @@ benchmark and tasks in production.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, Self
@@ -95,30 +97,72 @@ def node_fragmentation_milli(
     than the shape's per-device need. Host memory counts only when `memory_free_mib` is given
     (the paper leaves it out; our default policy counts it, since memory strands GPUs too).
     """
-    free_total = sum(devices_free_milli)
+    return rows_fragmentation_milli(
+        gpu_model, cpu_free_milli, devices_free_milli, shape_rows(typical), memory_free_mib
+    )
+
+
+ShapeRow = tuple[float, int, int, int, int, tuple[str, ...]]
+"""A target shape as the fragmentation measures read it: (weight, GPU milli per device, GPU
+count, CPU milli, memory MiB, GPU models)."""
+
+
+def shape_rows(typical: Iterable[TypicalShape]) -> tuple[ShapeRow, ...]:
+    """`typical` as plain rows, in order: a policy makes them once and measures many nodes."""
+    return tuple(
+        (
+            t.weight,
+            t.shape.gpu_milli,
+            t.shape.gpu_count,
+            t.shape.cpu_milli,
+            t.shape.memory_mib,
+            t.shape.gpu_models,
+        )
+        for t in typical
+    )
+
+
+def rows_fragmentation_milli(
+    gpu_model: str | None,
+    cpu_free_milli: int,
+    devices_free_milli: Sequence[int],
+    rows: Sequence[ShapeRow],
+    memory_free_mib: int | None = None,
+) -> float:
+    """`node_fragmentation_milli` over `shape_rows` of the target workload (the same value,
+    operation for operation)."""
+    free, below = sorted_free(devices_free_milli)
+    free_total = below[-1]
     if free_total == 0:
         return 0.0
+    count = len(free)
+    memory = _UNBOUNDED if memory_free_mib is None else memory_free_mib
     fragment = 0.0
-    for item in typical:
-        shape = item.shape
+    for weight, need, gpus, cpu, mem, models in rows:
         if (
-            shape.gpu_milli == 0
-            or (shape.gpu_models and gpu_model not in shape.gpu_models)
-            or cpu_free_milli < shape.cpu_milli
-            or (memory_free_mib is not None and memory_free_mib < shape.memory_mib)
+            need == 0
+            or (models and gpu_model not in models)
+            or cpu_free_milli < cpu
+            or memory < mem
         ):
-            fragment += item.weight * free_total
+            fragment += weight * free_total
             continue
-        need = shape.gpu_milli
-        usable = 0
-        small = 0
-        for free in devices_free_milli:
-            if free >= need:
-                usable += 1
-            else:
-                small += free
-        fragment += item.weight * (small if usable >= shape.gpu_count else free_total)
+        # the devices with less free than the shape needs are the first `small`
+        small = bisect.bisect_left(free, need)
+        fragment += weight * (below[small] if count - small >= gpus else free_total)
     return fragment
+
+
+_UNBOUNDED = float("inf")
+"""Free memory of a measure that leaves memory out: no shape lacks it."""
+
+
+def sorted_free(devices_free_milli: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The devices' free parts in ascending order, and the running sums of that order
+    (`below[k]`: the k smallest together; `below[-1]`: all of them): how much free a shape
+    could not use is then one bisection per shape rather than a pass over the devices."""
+    free = sorted(devices_free_milli)
+    return free, [0, *itertools.accumulate(free)]
 
 
 def affinity_tag(shape: PodShape) -> int:

@@ -40,6 +40,9 @@ class BinPackPolicy(PlacementPolicy):
         self._fractions = tuple(
             (t.shape.gpu_milli, t.weight) for t in typical if t.shape.is_fractional
         )
+        self._values: dict[tuple[int, int], float] = {}
+        """A shared device's value for a fraction, by (free, share): `_delta` is a pure
+        function of the two, and the same few pairs come up on node after node."""
 
     def _empty_rank(self, empty: int) -> float:
         return float(empty)
@@ -58,19 +61,26 @@ class BinPackPolicy(PlacementPolicy):
 
     def score(self, state: Capacity, node: int, shape: PodShape) -> Scored | None:
         free = state.device_free[node]
-        empty = [d for d, room in enumerate(free) if room == MILLI_PER_GPU]
-        if not shape.is_fractional:
+        milli = shape.gpu_milli
+        if shape.gpu_count != 1 or milli >= MILLI_PER_GPU:  # not `shape.is_fractional`
+            empty = [d for d, room in enumerate(free) if room == MILLI_PER_GPU]
             return self._empty_rank(len(empty)), tuple(empty[: shape.gpu_count])
         best: tuple[float, int] | None = None
+        values = self._values
         for d, room in enumerate(free):
-            if shape.gpu_milli <= room < MILLI_PER_GPU:
-                value = (self._delta(room, shape.gpu_milli) + MILLI_PER_GPU) * _DELTA_STEP + room
+            if milli <= room < MILLI_PER_GPU:
+                value = values.get((room, milli))
+                if value is None:
+                    value = values[(room, milli)] = (
+                        self._delta(room, milli) + MILLI_PER_GPU
+                    ) * _DELTA_STEP + room
                 if best is None or value < best[0]:
                     best = (value, d)
         if best is not None:
             return best[0], (best[1],)
-        if empty:
-            return _EMPTY_DEVICE_RANK + self._empty_rank(len(empty)), (empty[0],)
+        empty_count = free.count(MILLI_PER_GPU)
+        if empty_count:
+            return _EMPTY_DEVICE_RANK + self._empty_rank(empty_count), (free.index(MILLI_PER_GPU),)
         return None
 
 

@@ -9,7 +9,7 @@ from typing import Self
 
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.core.policies import register
-from gpupool.core.policies.base import PolicyContext, TypicalShape, node_fragmentation_milli
+from gpupool.core.policies.base import PolicyContext, TypicalShape, rows_fragmentation_milli
 from gpupool.core.policies.fgd import FgdPolicy
 
 DEFAULT_STRANDING_WEIGHT = 4.0
@@ -151,7 +151,7 @@ class DefaultPolicy(FgdPolicy):
         key = (model, cpu_free, memory_free, tuple(sorted(free)))
         value = self._memo.get(key)
         if value is None:
-            value = node_fragmentation_milli(model, cpu_free, key[3], self._typical, memory_free)
+            value = rows_fragmentation_milli(model, cpu_free, key[3], self._rows, memory_free)
             if self._stranding_weight:
                 free_gpu = sum(free)
                 usable = min(

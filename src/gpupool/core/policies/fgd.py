@@ -5,6 +5,7 @@ docs/packing.md lists each and its effect."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Sequence
 from typing import Self
@@ -18,7 +19,10 @@ from gpupool.core.policies.base import (
     PodShape,
     PolicyContext,
     Scored,
+    ShapeRow,
     TypicalShape,
+    shape_rows,
+    sorted_free,
 )
 
 PLAN_RANK_STEP = 1000.0
@@ -94,37 +98,41 @@ def fgd_fragmentation_milli(
     the middle score, as in the artifact. Memory counts only when `memory_free_mib` is given
     (the artifact leaves it out).
     """
-    free_total = 0
-    for free in devices_free_milli:
-        free_total += free
+    return rows_fgd_fragmentation_milli(
+        gpu_model, cpu_free_milli, devices_free_milli, shape_rows(typical), memory_free_mib
+    )
+
+
+def rows_fgd_fragmentation_milli(
+    gpu_model: str | None,
+    cpu_free_milli: int,
+    devices_free_milli: Sequence[int],
+    rows: Sequence[ShapeRow],
+    memory_free_mib: int | None = None,
+) -> float:
+    """`fgd_fragmentation_milli` over `shape_rows` of the target workload (the same value,
+    operation for operation)."""
+    free, below = sorted_free(devices_free_milli)
+    free_total = below[-1]
+    count = len(free)
+    memory = _UNBOUNDED if memory_free_mib is None else memory_free_mib
     lack_both = lack_gpu = lack_cpu = no_gpu_fits = no_gpu_lacks = no_access = 0.0
     whole = float(free_total)
-    for item in typical:
-        shape = item.shape
-        weight = item.weight
-        cpu_fits = cpu_free_milli >= shape.cpu_milli and (
-            memory_free_mib is None or memory_free_mib >= shape.memory_mib
-        )
-        if shape.gpu_milli == 0:
+    for weight, need, gpus, cpu, mem, models in rows:
+        cpu_fits = cpu_free_milli >= cpu and memory >= mem
+        if need == 0:
             if cpu_fits:
                 no_gpu_fits += weight * whole
             else:
                 no_gpu_lacks += weight * whole
             continue
-        if shape.gpu_models and gpu_model not in shape.gpu_models:
+        if models and gpu_model not in models:
             no_access += weight * whole
             continue
-        need = shape.gpu_milli
-        usable = 0
-        small = 0
-        for free in devices_free_milli:
-            if free >= need:
-                usable += 1
-            else:
-                small += free
-        if usable >= shape.gpu_count:
+        small = bisect.bisect_left(free, need)
+        if count - small >= gpus:
             if cpu_fits:
-                lack_gpu += weight * float(small)
+                lack_gpu += weight * float(below[small])
             else:
                 lack_cpu += weight * whole
         elif cpu_fits:
@@ -135,6 +143,10 @@ def fgd_fragmentation_milli(
     for part in (lack_both, lack_gpu, lack_cpu, no_gpu_fits, no_gpu_lacks, no_access):
         total += part
     return total
+
+
+_UNBOUNDED = float("inf")
+"""Free memory of a measure that leaves memory out: no shape lacks it."""
 
 
 def fgd_node_score(before_milli: float, after_milli: float) -> int:
@@ -165,6 +177,7 @@ class FgdPolicy(PlacementPolicy):
 
     def __init__(self, typical: Sequence[TypicalShape], count_memory: bool = False) -> None:
         self._typical = tuple(typical)
+        self._rows = shape_rows(self._typical)
         self._count_memory = count_memory
         self._memo: dict[tuple[str | None, int, int | None, tuple[int, ...]], float] = {}
 
@@ -175,7 +188,7 @@ class FgdPolicy(PlacementPolicy):
         key = (model, cpu_free, memory, tuple(sorted(free)))
         value = self._memo.get(key)
         if value is None:
-            value = fgd_fragmentation_milli(model, cpu_free, key[3], self._typical, memory)
+            value = rows_fgd_fragmentation_milli(model, cpu_free, key[3], self._rows, memory)
             self._memo[key] = value
         return value
 
@@ -189,9 +202,13 @@ class FgdPolicy(PlacementPolicy):
         memory_after = memory - shape.memory_mib
         if shape.is_fractional:
             best: tuple[int, int, int] | None = None
+            # Devices with the same room leave the node in the same state (the measure sees the
+            # free parts as a multiset) and rank the same: the first of them stands for all.
+            tried: set[int] = set()
             for d, room in enumerate(free):
-                if room < shape.gpu_milli:
+                if room < shape.gpu_milli or room in tried:
                     continue
+                tried.add(room)
                 after = list(free)
                 after[d] -= shape.gpu_milli
                 value = fgd_node_score(

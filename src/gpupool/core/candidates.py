@@ -1,0 +1,90 @@
+"""What a cycle's placement search is built from besides the placer itself: the target workload
+the policy keeps room for (`cycle_typical`), the bounded candidate count (`Offer`) and the
+rotating tie-break of a policy that chooses at random (`RotatingPick`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Workload
+from gpupool.core.policies.base import PodShape, TypicalShape
+
+TYPICAL_WEIGHT_STEP = 100
+"""The cycle's target workload weights are rounded to 1/this: the same mix from one cycle to
+the next gives the same target (and the policies' per-target work is kept)."""
+
+
+def cycle_typical(
+    workloads: Iterable[Workload], max_device_memory_mib: int
+) -> tuple[TypicalShape, ...]:
+    """The target workload a policy keeps room for: the tasks now waiting, by GPU request, each
+    with the mean CPU and memory of its tasks, weighted by task count (rounded)."""
+    totals: dict[tuple[int, int], list[int]] = {}
+    whole = GpuRequestKind.WHOLE
+    fraction = GpuRequestKind.FRACTION
+    for w in workloads:
+        request = w.gpu
+        kind = request.kind
+        if kind is whole:
+            key = (request.amount, MILLI_PER_GPU)
+        elif kind is fraction:
+            key = (1, request.amount)  # `milli_on`, inline: every pending workload comes here
+        else:
+            key = (1, request.milli_on(max_device_memory_mib))
+        row = totals.get(key)
+        if row is None:
+            row = totals[key] = [0, 0, 0]
+        row[0] += w.tasks
+        row[1] += w.cpu_milli * w.tasks
+        row[2] += w.memory_mib * w.tasks
+    tasks = sum(row[0] for row in totals.values())
+    shapes: list[TypicalShape] = []
+    for (count, milli), (n, cpu, memory) in sorted(totals.items()):
+        weight = round(n * TYPICAL_WEIGHT_STEP / tasks) / TYPICAL_WEIGHT_STEP
+        if weight > 0:
+            shapes.append(TypicalShape(PodShape(cpu // n, memory // n, count, milli), weight))
+    return tuple(shapes)
+
+
+class RotatingPick:
+    """The cycle's `pick(n)` for a policy that chooses at random (the benchmark's `random`): the
+    core holds no randomness, so it rotates through the choices from a start the snapshot's time
+    sets, and a cycle stays a function of its snapshot."""
+
+    __slots__ = ("_next",)
+
+    def __init__(self, start: int) -> None:
+        self._next = start
+
+    def __call__(self, count: int) -> int:
+        self._next += 1
+        return self._next % count
+
+
+class Offer:
+    """Counts the candidates offered to the policy: at most `limit` of each GPU model, and
+    enough once every model the workload may use has its `limit` (on a cluster of one model,
+    simply `limit`). Per model, because a fragmentation-aware policy decides between models
+    (which nodes to keep free for work that needs a scarce one) only if it sees them."""
+
+    __slots__ = ("_counts", "_left", "_limit", "_model_of", "full")
+
+    def __init__(self, limit: int, models: int, model_of: list[int]) -> None:
+        self._limit = limit
+        self._left = models
+        self._model_of = model_of
+        self._counts: dict[int, int] = {}
+        self.full = models <= 0
+        """Every model the workload may use has its `limit` (an attribute, not a property:
+        it is read after every candidate taken)."""
+
+    def take(self, node: int) -> bool:
+        model = self._model_of[node]
+        count = self._counts.get(model, 0)
+        if count >= self._limit:
+            return False
+        self._counts[model] = count + 1
+        if count + 1 == self._limit:
+            self._left -= 1
+            self.full = self._left <= 0
+        return True

@@ -1,0 +1,121 @@
+"""The session's records: one per workload and one per project-tree node, mutable for one cycle
+(the snapshot's `Workload` and `Project` stay frozen), and the placed task (`TaskAlloc`)."""
+
+from __future__ import annotations
+
+import enum
+from typing import NamedTuple
+
+from gpupool.core.model import Project, Workload, WorkloadType
+
+UNTRACKED = 1 << 62
+"""Free CPU or memory of a node that does not declare it: never the bottleneck."""
+
+
+class WorkState(enum.Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    EVICTED = "evicted"
+
+
+_PENDING = WorkState.PENDING
+"""By module name: in Python 3.11 reading `WorkState.PENDING` from the class costs ten times a
+global."""
+
+
+class TaskAlloc(NamedTuple):
+    """One placed task inside the session: node index, devices and what it takes on each.
+
+    A named tuple rather than a frozen dataclass: a cycle makes thousands (every running task,
+    every tentative placement), and a tuple is built several times faster."""
+
+    task_index: int
+    node: int
+    devices: tuple[int, ...]
+    milli_per_device: int
+    memory_mib_per_device: int
+    burst_device: int | None = None
+
+
+_TYPE_DEFAULTS = {t: (t.default_priority, t.default_preemptible) for t in WorkloadType}
+"""Per workload type: (priority, preemptible) when the workload does not set them."""
+_TRAIN = WorkloadType.TRAIN
+_TRAIN_DEFAULTS = _TYPE_DEFAULTS[_TRAIN]
+"""The most common type, told apart by identity: hashing an enum member runs Python code."""
+
+NO_ALLOCS: dict[int, TaskAlloc] = {}
+"""Shared by every record with nothing placed; `Session._add_alloc` gives a record its own dict
+on the first placement. Most workloads in a long queue never get one in a cycle, and not
+allocating 100,000 empty dicts keeps the cycle clear of full garbage collections."""
+
+
+class WorkRecord:
+    """Session-side state of one workload (mutable; the snapshot's `Workload` stays frozen)."""
+
+    __slots__ = (
+        "allocs",
+        "index",
+        "preemptible",
+        "priority",
+        "project",
+        "spec",
+        "started_this_cycle",
+        "state",
+        "task_gpu_milli",
+    )
+
+    def __init__(self, index: int, spec: Workload, project: int, task_gpu_milli: int) -> None:
+        self.index = index
+        self.spec = spec
+        self.project = project
+        kind = spec.type
+        defaults = _TRAIN_DEFAULTS if kind is _TRAIN else _TYPE_DEFAULTS[kind]
+        priority = spec.priority
+        self.priority = defaults[0] if priority is None else priority
+        preemptible = spec.preemptible
+        self.preemptible = defaults[1] if preemptible is None else preemptible
+        self.task_gpu_milli = task_gpu_milli
+        """Per-task GPU charge; a memory request is estimated on the largest device."""
+        self.allocs: dict[int, TaskAlloc] = NO_ALLOCS
+        self.state = _PENDING
+        self.started_this_cycle = False
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def missing_tasks(self) -> list[int]:
+        allocs = self.allocs
+        if not allocs:
+            return list(range(self.spec.tasks))
+        return [i for i in range(self.spec.tasks) if i not in allocs]
+
+
+class ProjectRecord:
+    """Session-side accounting of one project-tree node (leaf or department)."""
+
+    __slots__ = (
+        "ancestors",
+        "children",
+        "fair_share",
+        "holding",
+        "index",
+        "nonpreemptible_holding",
+        "spec",
+    )
+
+    def __init__(self, index: int, spec: Project) -> None:
+        self.index = index
+        self.spec = spec
+        self.ancestors: tuple[int, ...] = ()
+        """Path from the root down to and including this node."""
+        self.children: list[int] = []
+        self.holding = [0, 0, 0]
+        """gpu milli, cpu milli, memory MiB held by running tasks."""
+        self.nonpreemptible_holding = [0, 0, 0]
+        self.fair_share = [0, 0, 0]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
