@@ -557,6 +557,7 @@ def find_task_groups(data_dir: Path) -> TaskGroups:
         data = b""
     except OSError as error:
         data, problem = b"", f"cannot read it: {error.strerror}"
+    data = data[: data.rfind(b"\n") + 1]  # a last line cut short by a crash is not corrupt
     bad = 0
     for line in data.splitlines():
         try:
