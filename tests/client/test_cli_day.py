@@ -184,13 +184,14 @@ def test_submit_from_a_file_with_the_command_line_on_top(
         tmp_path / "job.yaml",
         f"name: {unique('job')}\nproject: {project}\ngpu: 0.5\ntasks: 1\n"
         "command: [python, train.py]\nenv: {SEED: 0, MODE: fast}\nenv-file: job.env\n"
-        "node_selector: {zone: [eu-1, eu-2]}\nworking_dir: data\nduration: 60\n"
+        "node_selector: {gpu_model: [H100, A100]}\nworking_dir: data\nduration: 60\n"
         "min_runtime: 2h\n",
     )
     name = unique("job")
     result = admin(
         "submit", name, "-f", str(file), "--cpu", "0.5", "--memory", "16G",
-        "--env", "LR=0.2", "--node-selector", "zone=eu-3", "--json", "--", "python", "eval.py",
+        "--env", "LR=0.2", "--node-selector", "gpu_model=simulated", "--json", "--", "python",
+        "eval.py",
     )  # fmt: skip
     out = WorkloadOut.model_validate(json_out(result))
     assert (out.name, out.project, out.gpu_amount) == (name, project, 500)
@@ -201,8 +202,8 @@ def test_submit_from_a_file_with_the_command_line_on_top(
     assert out.min_runtime_s == 7200
     shown = admin("describe", name, "-p", project)
     assert "preemptible after 7200 s of running" in shown.stdout
-    # node_selector is not in WorkloadOut: the scheduler's reason shows it
-    wait_for(lambda: "zone" in (api.describe(project, name).pending_reason or ""), 10, "reason")
+    # node_selector is not in WorkloadOut; accepted shows the command line's replaced the
+    # file's: no node has an H100 or A100, and a selector no node matches is refused
     admin("delete", name, "-p", project)
 
 
@@ -296,9 +297,10 @@ def test_dry_run_says_where_or_why_and_submits_nothing(admin: Cli, api: GpupoolC
     assert fits.exit_code == 0, fits.output
     assert f"Dry run {project}/{name}: would start now on sim-" in fits.stdout
     assert "(nothing submitted)" in fits.stdout
-    waits = admin("submit", name, "-p", project, "--gpu", "8", "--dry-run", "--json", "--", "true")
-    answer = json_out(waits)
-    assert answer["would_start"] is False and answer["reason"].startswith("would wait: ")
+    # what no node could run is refused as a submission would be (test_dry_run.py: would wait)
+    never = admin("submit", name, "-p", project, "--gpu", "8", "--dry-run", "--", "true")
+    assert never.exit_code == 2, never.output
+    assert "error: gpu 8 asks for 8 GPUs per task on one node, but the largest node" in never.output
     assert api.list_workloads(project=project).items == []
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -349,3 +350,60 @@ def test_logs_page_past_1_mib_tail_and_follow_to_the_last_line(cli: Cli) -> None
     assert cli.run("logs", "big", "--tail", "1", "-f").stdout == "gpupool: task ended: completed\n"
     missing = cli.run("logs", "big", "--run", "2", check=False)
     assert missing.returncode != 0 and "task 0 has runs 1..1" in missing.stderr
+
+
+def test_up_on_a_port_another_gpupool_answers_says_so(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "other").mkdir()
+    other = Cli(tmp_path / "other")
+    other.port = cli.port
+    result = other.run(
+        "up", "--data-dir", str(other.data_dir), "--port", str(cli.port), check=False
+    )
+    assert result.returncode == 1, result
+    assert f"error: port {cli.port} is in use: another gpupool (version " in result.stderr
+    assert "gpupool up --port " in result.stderr and "gpupool down" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not (other.data_dir / "server.pid").exists()
+    assert cli.json("top")["nodes"], "the first gpupool still serves"
+
+
+def test_up_on_a_port_another_program_holds_says_so(tmp_path: Path) -> None:
+    cli = Cli(tmp_path)
+    with socket.create_server(("127.0.0.1", 0)) as holder:
+        port = holder.getsockname()[1]
+        result = cli.run("up", "--data-dir", str(cli.data_dir), "--port", str(port), check=False)
+    assert result.returncode == 1, result
+    assert f"error: port {port} is in use: another program listens there" in result.stderr
+    assert "--port" in result.stderr and "Traceback" not in result.stderr + result.stdout
+
+
+def _corrupt(journal: Path) -> None:
+    # four bad lines, then a last one cut short (as by a crash: not counted as corrupt)
+    journal.write_bytes(b'\xff\xfe not json\n[1, 2]\n{"op": "pid"}\n\x00\x00\n{"op"')
+
+
+def test_down_with_a_corrupt_journal_still_stops_the_server(cli: Cli) -> None:
+    server_pid = int((cli.data_dir / "server.pid").read_text().split()[0])
+    _corrupt(cli.data_dir / "local" / "journal.jsonl")
+    result = cli.run("down", "--data-dir", str(cli.data_dir), check=False)
+    assert result.returncode == 0, result
+    assert "journal.jsonl is unreadable (4 of its 4 lines are not valid records)" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert "gpupool is down" in result.stdout
+    assert _zombie(server_pid)
+
+
+def test_down_with_a_corrupt_journal_kills_leftover_tasks(cli: Cli) -> None:
+    code = "import time; print('working', flush=True); time.sleep(120)"
+    cli.run("submit", "left", "--gpu", "1", "--", sys.executable, "-c", code)
+    wait_for(lambda: "working" in cli.log("left"))
+    server_pid = int((cli.data_dir / "server.pid").read_text().split()[0])
+    os.kill(server_pid, signal.SIGKILL)  # the task outlives it
+    wait_for(lambda: _zombie(server_pid))
+    (group,) = live_task_groups(cli.data_dir)
+    _corrupt(cli.data_dir / "local" / "journal.jsonl")
+    result = cli.run("down", "--data-dir", str(cli.data_dir), check=False)
+    assert result.returncode == 0, result
+    assert "journal.jsonl is unreadable" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    wait_for(lambda: _zombie(group), what="the leftover task to be killed")

@@ -50,11 +50,18 @@ def test_workload_runs_and_completes_with_history(live_server: LiveServer) -> No
 def test_pending_reason_says_why(live_server: LiveServer) -> None:
     with live_server.client() as http:
         _project(http, "team-a", 4)
-        _submit(http, "team-a", "too-big", gpu=8)
+        # what no node could ever run is refused at once, with the reason
+        body = {"name": "too-big", "project": "team-a", "gpu": 8}
+        refused = http.post("/api/v1/workloads", json=body)
+        assert refused.status_code == 422, refused.text
+        assert "the largest node in the cluster has 4" in refused.json()["detail"]
+        # what could run but not now waits, with the reason
+        _submit(http, "team-a", "filler", gpu=4, tasks=2)
+        wait_for(lambda: _status_is(http, "team-a", "filler", "running"), what="running")
+        _submit(http, "team-a", "waits", gpu=1)
         wait_for(
             lambda: (
-                "the largest node has 4"
-                in (_workload(http, "team-a", "too-big")["pending_reason"] or "")
+                "needs 1 whole GPU" in (_workload(http, "team-a", "waits")["pending_reason"] or "")
             ),
             what="a pending reason",
         )

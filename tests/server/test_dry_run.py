@@ -47,7 +47,9 @@ def test_it_says_where_it_would_start_and_stores_nothing(harness: Harness) -> No
 
 
 def test_it_says_why_it_would_wait(harness: Harness) -> None:
-    answer = ask(harness, name="job", project="b", gpu=1, tasks=5, min_available=5)
+    harness.submit("b", "holder", gpu=4)  # within b's quota: nothing to reclaim for a
+    harness.loop.run_once()
+    answer = ask(harness, name="job", project="a", gpu=1)
     assert not answer.would_start and answer.placements == []
     assert answer.reason.startswith("would wait: ")
     assert "GPU" in answer.reason
@@ -72,6 +74,13 @@ def test_reclaim_victims_are_named_only_to_who_may_see_them(harness: Harness) ->
         (RITA, {"name": "job", "project": "a", "gpu": 1}, 403, "rita"),
         (ADMIN, {"name": "job", "project": "nope", "gpu": 1}, 422, "does not exist"),
         (ADMIN, {"name": "taken", "project": "b", "gpu": 1}, 409, "already has a workload"),
+        (
+            ADMIN,
+            {"name": "gang", "project": "b", "gpu": 1, "tasks": 5, "min_available": 5},
+            422,
+            "can hold at most 4 such tasks",
+        ),
+        (ADMIN, {"name": "big", "project": "b", "gpu": 5}, 422, "the largest node"),
     ],
 )
 def test_it_refuses_what_a_submission_would_refuse(

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Self
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -15,6 +16,7 @@ from pydantic import (
     model_validator,
 )
 
+from gpupool.api import limits
 from gpupool.api.enums import Role as Role
 from gpupool.api.enums import WorkloadStatus as WorkloadStatus
 from gpupool.api.enums import WorkloadType as WorkloadType
@@ -25,7 +27,7 @@ Name = Annotated[
     str,
     Field(
         min_length=1,
-        max_length=63,
+        max_length=limits.NAME_MAX,
         pattern=NAME_PATTERN,
         description="lower-case letters, digits, '.', '_' and '-'; starts and ends alphanumeric",
     ),
@@ -34,7 +36,7 @@ LabelKey = Annotated[
     str,
     Field(
         min_length=1,
-        max_length=317,
+        max_length=limits.LABEL_KEY_MAX,
         pattern=r"^([a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$",
         description="a node label key as Kubernetes writes them: name or prefix/name, like "
         "zone or nvidia.com/gpu.product",
@@ -43,7 +45,7 @@ LabelKey = Annotated[
 LabelValue = Annotated[
     str,
     Field(
-        max_length=63,
+        max_length=limits.LABEL_VALUE_MAX,
         pattern=r"^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$",
         description="a node label value: letters, digits, '.', '_' and '-', at most 63",
     ),
@@ -51,6 +53,24 @@ LabelValue = Annotated[
 NonNeg = Annotated[int, Field(ge=0, le=2**31 - 1)]
 Pos = Annotated[int, Field(ge=1, le=2**31 - 1)]
 Priority = Annotated[int, Field(ge=-1_000_000, le=1_000_000)]
+Quantity = Annotated[str, Field(max_length=limits.QUANTITY_MAX)]
+"""An amount written as text (`0.5`, `80G`); parsed by the field's own validator."""
+
+
+_NoControl = AfterValidator(limits.plain_text)
+ModelText = Annotated[str, Field(max_length=limits.MODEL_MAX), _NoControl]
+NodeLabelValue = Annotated[str, Field(max_length=limits.LABEL_VALUE_MAX), _NoControl]
+WorkingDir = Annotated[str, Field(max_length=limits.WORKING_DIR_MAX), _NoControl]
+TokenLabel = Annotated[str, Field(max_length=limits.TOKEN_LABEL_MAX), _NoControl]
+CommandArg = Annotated[
+    str, Field(max_length=limits.COMMAND_ARG_MAX), AfterValidator(limits.script_text)
+]
+EnvKey = Annotated[
+    str, Field(min_length=1, max_length=limits.ENV_KEY_MAX, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+]
+EnvValue = Annotated[
+    str, Field(max_length=limits.ENV_VALUE_MAX), AfterValidator(limits.script_text)
+]
 
 
 class TaskState(enum.StrEnum):
@@ -78,9 +98,11 @@ class AmountsIn(_In):
     """A quota or limit: `gpu` in GPUs as written (`4`, `2.5`), CPU in millicores, memory as
     `64G` or MiB."""
 
-    gpu: float | str | None = Field(default=None, examples=[4, 2.5])
+    gpu: float | Quantity | None = Field(default=None, examples=[4, 2.5])
     cpu_milli: NonNeg | None = None
-    memory: str | int | None = Field(default=None, examples=["64G"])
+    memory: Quantity | int | None = Field(default=None, examples=["64G"])
+
+    _short = field_validator("gpu", "memory", mode="before")(limits.quantity_text)
 
     @field_validator("gpu")
     @classmethod
@@ -158,8 +180,8 @@ class ProjectOut(_Out):
 
 class DeviceIn(_In):
     index: NonNeg
-    uuid: str | None = Field(default=None, max_length=128)
-    model: str | None = Field(default=None, max_length=128)
+    uuid: ModelText | None = None
+    model: ModelText | None = None
     memory_mib: Pos
 
 
@@ -167,11 +189,11 @@ class NodeIn(_In):
     name: Name
     gpu_count: Annotated[int, Field(ge=0, le=1024)]
     gpu_memory_mib: Pos = 81920
-    gpu_model: str | None = Field(default=None, max_length=128)
+    gpu_model: ModelText | None = None
     cpu_milli: Pos | None = None
     memory_mib: Pos | None = None
-    labels: dict[Name, Annotated[str, Field(max_length=63)]] = {}
-    devices: list[DeviceIn] = []
+    labels: Annotated[dict[Name, NodeLabelValue], Field(max_length=limits.LABELS_MAX)] = {}
+    devices: list[DeviceIn] = Field(default=[], max_length=limits.DEVICES_MAX)
 
     @model_validator(mode="after")
     def _devices_match(self) -> Self:
@@ -229,20 +251,32 @@ class WorkloadIn(_In):
     name: Name
     project: Name
     type: WorkloadType = WorkloadType.TRAIN
-    gpu: float | str | None = Field(default=None, examples=[1, 0.5])
-    gpu_memory: str | int | None = Field(default=None, examples=["8G"])
-    gpu_limit: float | str | None = Field(default=None, examples=[0.8])
+    gpu: float | Quantity | None = Field(default=None, examples=[1, 0.5])
+    gpu_memory: Quantity | int | None = Field(default=None, examples=["8G"])
+    gpu_limit: float | Quantity | None = Field(default=None, examples=[0.8])
     tasks: Annotated[int, Field(ge=1, le=10_000)] = 1
     min_available: Annotated[int, Field(ge=1, le=10_000)] | None = None
     priority: Priority | None = None
     preemptible: bool | None = None
     cpu_milli: NonNeg = 0
-    memory: str | int | None = None
-    command: list[Annotated[str, Field(max_length=4096)]] = Field(default=[], max_length=256)
-    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = {}
+    memory: Quantity | int | None = None
+    command: Annotated[
+        list[CommandArg],
+        Field(max_length=limits.COMMAND_MAX_ARGS),
+        AfterValidator(limits.command_size),
+    ] = []
+    """Arguments: no control characters but tab and newline (an inline script needs them)."""
+    env: Annotated[
+        dict[EnvKey, EnvValue],
+        Field(max_length=limits.ENV_MAX_VARS),
+        AfterValidator(limits.env_size),
+    ] = {}
     node_selector: Annotated[
-        dict[LabelKey, Annotated[list[LabelValue], Field(min_length=1, max_length=64)]],
-        Field(max_length=32),
+        dict[
+            LabelKey,
+            Annotated[list[LabelValue], Field(min_length=1, max_length=limits.SELECTOR_VALUES_MAX)],
+        ],
+        Field(max_length=limits.SELECTOR_KEYS_MAX),
     ] = {}
     """Node label -> the values it may have (nvidia.com/gpu.product: [NVIDIA-H100-80GB-HBM3])."""
     duration_s: Annotated[float, Field(gt=0, le=10**9)] | None = None
@@ -251,14 +285,14 @@ class WorkloadIn(_In):
     min_runtime_s: Annotated[int, Field(ge=0, le=30 * 86_400)] | None = None
     """Not preempted (reclaimed, consolidated) before it has run this long; default: its
     project's min runtime. Interactive work is never preempted anyway."""
-    working_dir: Annotated[str, Field(max_length=1024)] | None = None
+    working_dir: WorkingDir | None = None
     """Local executor: where the command runs (the CLI sends its current directory); default
     the workload's checkpoint directory."""
     image: (
         Annotated[
             str,
             Field(
-                max_length=512,
+                max_length=limits.IMAGE_MAX,
                 pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$",
                 description="a container image reference like python:3.12-slim or "
                 "registry.example.com/team/train@sha256:...",
@@ -268,6 +302,10 @@ class WorkloadIn(_In):
     ) = None
     """Kubernetes executor: the container image (default: the server's --default-image).
     Other executors run the command on their own machine and ignore it."""
+
+    _short = field_validator("gpu", "gpu_memory", "gpu_limit", "memory", mode="before")(
+        limits.quantity_text
+    )
 
     @field_validator("gpu")
     @classmethod
@@ -455,7 +493,7 @@ class LogChunk(_Out):
 class UserIn(_In):
     name: Name
     role: Role = Role.RESEARCHER
-    projects: list[Name] = []
+    projects: list[Name] = Field(default=[], max_length=limits.NAME_LIST_MAX)
 
 
 class UserOut(_Out):
@@ -465,7 +503,7 @@ class UserOut(_Out):
 
 
 class TokenIn(_In):
-    label: Annotated[str, Field(max_length=100)] = "cli"
+    label: TokenLabel = "cli"
 
 
 class TokenOut(_Out):
@@ -488,7 +526,7 @@ class TokenInfo(_Out):
 
 
 class ProjectsIn(_In):
-    projects: list[Name]
+    projects: list[Name] = Field(max_length=limits.NAME_LIST_MAX)
 
 
 class ProjectTop(_Out):
@@ -622,7 +660,11 @@ class DeviceHistoryOut(_Out):
 
 
 class LoginIn(_In):
-    token: Annotated[str, Field(min_length=1, max_length=200)]
+    token: Annotated[
+        str,
+        Field(min_length=1, max_length=limits.TOKEN_MAX),
+        _NoControl,
+    ]
 
 
 class SessionOut(_Out):

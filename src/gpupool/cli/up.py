@@ -9,14 +9,18 @@ every task first. Their state (database, logs, checkpoints) stays in the data di
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
+import socket
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
+import httpx
 import typer
+from rich.console import Console
 
 from gpupool.cli.cluster import connect, fail, handled, stdout
 
@@ -92,6 +96,9 @@ def up(
         url = _url_of(data_dir) or f"http://127.0.0.1:{port}"
         console.print(f"gpupool is already up (pid {pid}) at {url}.")
     else:
+        taken = _port_taken(port)
+        if taken is not None:
+            fail(taken, code=1)
         spec, gpus = _gpu_choice(fake_gpus)
         args = ["--executor", "local", "--stop-tasks-on-exit", "--cycle-interval", "0.5"]
         args += ["--placement", placement]
@@ -103,6 +110,10 @@ def up(
             server.start(timeout_s=60)
         except (RuntimeError, TimeoutError) as error:
             server.kill()
+            if "address already in use" in str(error):  # taken since the check above
+                fail(
+                    _port_taken(port) or f"port {port} is in use: pick another with --port", code=1
+                )
             fail(f"the server did not start: {error}", code=1)
         url = server.url
         _pid_file(data_dir).write_text(f"{server.pid} {url}\n")
@@ -132,6 +143,33 @@ def up(
     )
     if demo:
         run_demo()
+
+
+def _port_taken(port: int) -> str | None:
+    """None if `gpupool up` can serve on 127.0.0.1:`port`, else the error to print: what is
+    there and what to do."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as error:
+            if error.errno == errno.EACCES:
+                return (
+                    f"port {port} needs privileges this user lacks: pick one above 1023 with --port"
+                )
+        else:
+            return None
+    from gpupool.server.process import free_port
+
+    what = "another program listens there"
+    with contextlib.suppress(httpx.HTTPError, ValueError, TypeError, KeyError):
+        health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2.0).json()
+        what = f"another gpupool (version {health['version']}) already answers there"
+    return (
+        f"port {port} is in use: {what} (http://127.0.0.1:{port}). Start this one on another "
+        f"port with `gpupool up --port {free_port()}`, or stop that one first (`gpupool down "
+        "--data-dir DIR` with the data directory it was started with)"
+    )
 
 
 def _login(data_dir: Path, url: str) -> None:
@@ -167,14 +205,23 @@ def down(data_dir: DataDirOption = DEFAULT_DATA_DIR) -> None:
 
 
 def _kill_leftovers(data_dir: Path) -> int:
-    """Backstop after the server: SIGKILL any task process group still alive."""
-    from gpupool.executors.local import live_task_groups
+    """Backstop after the server: SIGKILL any task process group still alive. A journal that
+    cannot be read is said, not fatal: the tasks are then also found by their log files."""
+    from gpupool.executors.local_recovery import find_task_groups
 
-    groups = live_task_groups(data_dir)
-    for group in groups:
+    found = find_task_groups(data_dir)
+    if found.journal_problem is not None:
+        journal = data_dir / "local" / "journal.jsonl"
+        Console(stderr=True, highlight=False, markup=False).print(
+            f"warning: the local executor's journal {journal} is unreadable "
+            f"({found.journal_problem}); looked for leftover tasks by their log files instead. "
+            "Move it aside before the next gpupool up, which cannot replay it.",
+            soft_wrap=True,
+        )
+    for group in found.groups:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(group, signal.SIGKILL)
-    return len(groups)
+    return len(found.groups)
 
 
 def demo(

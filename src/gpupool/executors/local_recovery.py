@@ -248,29 +248,75 @@ def find(state_dir: Path, node: str, known: set[str]) -> list[Found]:
 
 
 def live_task_groups(data_dir: Path) -> list[int]:
-    """Process groups of local tasks (from the executor's journal, and the live shims of this
-    data directory, which a lost journal does not hide) with a process still alive.
+    """Process groups of local tasks with a process still alive (`find_task_groups`)."""
+    return find_task_groups(data_dir).groups
 
-    A group whose leader is alive with another start time is someone else's (a reused pid)."""
+
+@dataclass(frozen=True, slots=True)
+class TaskGroups:
+    groups: list[int]
+    """Live process groups of this data directory's tasks."""
+    journal_problem: str | None = None
+    """Why the journal could not be read in full (then the groups also include those found by
+    their log files); None when it could."""
+
+
+def find_task_groups(data_dir: Path) -> TaskGroups:
+    """Process groups of local tasks with a process still alive: from the executor's journal,
+    and the live shims of this data directory, which a lost journal does not hide. Never fails
+    on the journal's content: unreadable lines are skipped, and when any is, every process
+    whose output goes to a task log of `data_dir/logs` counts too (each task's stdout is its
+    log). A group whose leader is alive with another start time is someone else's (a reused
+    pid)."""
     journal = data_dir / "local" / "journal.jsonl"
-    shims = set(live_shims(data_dir / "local").values())
-    if not journal.exists():
-        return sorted(shims)
     leaders: dict[int, int | None] = {}
-    for line in journal.read_text(encoding="utf-8", errors="replace").splitlines():
+    problem = None
+    try:
+        data = journal.read_bytes()
+    except FileNotFoundError:
+        data = b""
+    except OSError as error:
+        data, problem = b"", f"cannot read it: {error.strerror}"
+    data = data[: data.rfind(b"\n") + 1]  # a last line cut short by a crash is not corrupt
+    bad = 0
+    for line in data.splitlines():
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if record.get("op") == "pid":
-            leaders[int(record["pid"])] = record.get("ticks")
+            if record.get("op") == "pid":
+                ticks = record.get("ticks")
+                leaders[int(record["pid"])] = ticks if isinstance(ticks, int) else None
+        except (ValueError, TypeError, KeyError, AttributeError):
+            bad += 1
+    if bad:
+        problem = f"{bad} of its {len(data.splitlines())} lines are not valid records"
+    if problem is not None:
+        for group in _groups_writing_to(data_dir / "logs"):
+            leaders.setdefault(group, None)
     members = group_members(set(leaders))
-    alive = []
+    alive = set(live_shims(data_dir / "local").values())
     for leader, ticks in leaders.items():
         if not members.get(leader):
             continue
         stat = proc_stat(leader)
         if stat is not None and ticks is not None and stat[1] != ticks:
             continue
-        alive.append(leader)
-    return sorted(set(alive) | shims)
+        alive.add(leader)
+    return TaskGroups(sorted(alive), problem)
+
+
+def _groups_writing_to(logs_dir: Path) -> set[int]:
+    """Process groups of the processes whose stdout is a file in `logs_dir`."""
+    prefix = str(logs_dir.resolve()) + os.sep
+    groups = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            target = os.readlink(f"/proc/{entry.name}/fd/1")
+        except OSError:
+            continue
+        if target.startswith(prefix):
+            stat = proc_stat(int(entry.name))
+            if stat is not None:
+                groups.add(stat[0])
+    return groups

@@ -5,13 +5,16 @@ from __future__ import annotations
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 import gpupool
+from gpupool.api.limits import MAX_BODY_BYTES
 from gpupool.api.schemas import ErrorDetail, ErrorOut, validation_error_out
 from gpupool.clock import Clock, SystemClock
 from gpupool.executors.base import Executor
@@ -21,9 +24,11 @@ from gpupool.executors.kubernetes.leader import LeaderElector
 from gpupool.executors.kubernetes.settings import KubeSettings
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.simulated import SimulatedExecutor, parse_simulated_nodes
+from gpupool.private import private_dir, tighten_file, touch_private
 from gpupool.server import dbfaults, migrate, readiness
 from gpupool.server.auth import TokenCache
 from gpupool.server.batcher import SubmitBatcher
+from gpupool.server.body_limit import BodyLimit, BodyTooLargeError
 from gpupool.server.db import make_engine, make_sessionmakers
 from gpupool.server.errors import ApiError
 from gpupool.server.metrics import ServerMetrics
@@ -42,7 +47,7 @@ def _stderr(message: str) -> None:
 
 def default_executor(settings: ServerSettings, clock: Clock, announce: Announce) -> Executor:
     """The executor `settings` ask for; `ValueError` with the fix for a bad choice."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.data_dir)
     if settings.executor == "simulated":
         nodes = parse_simulated_nodes(settings.simulated_nodes or "0x0")
         return SimulatedExecutor(nodes, clock, journal_path=settings.data_dir / "simulated.jsonl")
@@ -114,6 +119,30 @@ def utilization_source(kube: KubeSettings, announce: Announce) -> UtilizationSou
     return PrometheusUtilization(kube.prometheus_url, warn=announce)
 
 
+def secure_data_dir(settings: ServerSettings, announce: Announce) -> None:
+    """The data directory 0700; the SQLite database (created here, so its -wal and -shm
+    files take its mode), the admin token and the server log 0600. What an older version left
+    open to other users is tightened, and the log says so."""
+    old = private_dir(settings.data_dir)
+    if old is not None:
+        announce(
+            f"gpupool: the data directory {settings.data_dir} was open to other users "
+            f"(mode {old:04o}): made it 0700"
+        )
+    files = [settings.data_dir / "admin-token", settings.data_dir / "server.log"]
+    url = make_url(settings.effective_database_url)
+    database = url.database if url.get_backend_name() == "sqlite" else None
+    if database and database != ":memory:" and not database.startswith("file:"):
+        path = Path(database)
+        if path.parent.is_dir():
+            touch_private(path)
+        files += [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
+    for file in files:
+        old = tighten_file(file)
+        if old is not None:
+            announce(f"gpupool: {file} was readable by other users (mode {old:04o}): made it 0600")
+
+
 def create_app(
     settings: ServerSettings,
     executor: Executor | None = None,
@@ -122,7 +151,7 @@ def create_app(
 ) -> FastAPI:
     """The app. Nothing starts until its lifespan: migrations, first admin, the loop."""
     clock = clock or SystemClock()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    secure_data_dir(settings, announce)
     engine = make_engine(
         settings.effective_database_url,
         connect_timeout_s=settings.database_connect_timeout_s,
@@ -191,6 +220,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.gpupool = state
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     app.include_router(cluster.router)
     app.include_router(cluster.api)
     app.include_router(projects.router)
@@ -210,6 +240,10 @@ def _error_handlers(app: FastAPI) -> None:
         errors = [ErrorDetail(field=error.field, message=error.detail)] if error.field else []
         body = ErrorOut(detail=error.detail, errors=errors)
         return JSONResponse(body.model_dump(), status_code=error.status)
+
+    @app.exception_handler(BodyTooLargeError)
+    async def _too_large(request: Request, error: BodyTooLargeError) -> JSONResponse:
+        return JSONResponse(ErrorOut(detail=error.detail).model_dump(), status_code=413)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:

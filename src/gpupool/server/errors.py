@@ -14,6 +14,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (403, "Not allowed for this user"),
         (404, "No such resource"),
         (409, "Conflicts with the current state (a name taken, a state that does not allow it)"),
+        (413, "Request body above the server's limit of 1 MiB (docs/security.md#limits)"),
         (422, "Invalid input: each field error names the field and the fix"),
         (503, "The database is unavailable; nothing was changed: retry after Retry-After"),
     )

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import httpx
 
+from gpupool.private import append_private
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -60,7 +62,8 @@ class ServerProcess:
         return self._process.poll() if self._process else None
 
     def start(self, timeout_s: float = 30.0) -> ServerProcess:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # 0700 when new; one an older version left open is the server's to tighten (and log)
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         args = [
             sys.executable,
             "-m",
@@ -79,7 +82,7 @@ class ServerProcess:
         env = dict(os.environ)
         if self.database_url:
             env["GPUPOOL_DATABASE_URL"] = self.database_url
-        log = self.log_path.open("ab")
+        log = append_private(self.log_path)
         self._process = subprocess.Popen(
             args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )

@@ -20,6 +20,7 @@ from gpupool.core.decisions import Bind, Evict
 from gpupool.core.model import SchedulerSettings
 from gpupool.server.auth import Principal
 from gpupool.server.db import ProjectRow, WorkloadRow
+from gpupool.server.services.feasibility import ClusterNodes
 from gpupool.server.services.workloads import workload_values
 from gpupool.server.snapshot import WorkloadColumns, build_snapshot, core_name, core_workload
 
@@ -44,7 +45,7 @@ def dry_run(
         )
         if status is not None:
             taken[(project.id, body.name)] = status
-    values = workload_values(body, who, project, taken, now_s)
+    values = workload_values(body, who, project, taken, now_s, ClusterNodes.load(session))
     columns = {f.name for f in dataclasses.fields(WorkloadColumns)}
     given = {key: value for key, value in values.items() if key in columns}
     row = WorkloadColumns(**(given | {"id": LAST_IN_LINE, "started_at": None}))

@@ -8,6 +8,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from gpupool.api.schemas import Role, TokenInfo, TokenOut, UserIn, UserOut
+from gpupool.private import create_private, private_dir
 from gpupool.server.auth import new_token, token_digest
 from gpupool.server.db import MembershipRow, ProjectRow, TokenRow, UserRow
 from gpupool.server.errors import conflict, invalid, not_found
@@ -132,10 +133,7 @@ def bootstrap_admin(session: Session, data_dir: Path, now_s: float) -> Path | No
     session.flush()
     token = issue_token(session, row, "first start", now_s).token
     path = data_dir / "admin-token"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(data_dir)
     path.unlink(missing_ok=True)
-    fd = path.open("x", encoding="utf-8")
-    path.chmod(0o600)
-    with fd:
-        fd.write(token + "\n")
+    create_private(path, token + "\n")  # 0600 from its creation: no moment others may read it
     return path

@@ -23,6 +23,7 @@ from gpupool.core.model import WorkloadType as CoreType
 from gpupool.server.auth import Principal
 from gpupool.server.db import EventRow, ProjectRow, TaskRow, WorkloadRow
 from gpupool.server.errors import ApiError, conflict, invalid, not_found
+from gpupool.server.services.feasibility import ClusterNodes
 
 LIVE_TASK_STATES = (TaskState.STARTING.value, TaskState.RUNNING.value, TaskState.STOPPING.value)
 FINISHED = (WorkloadStatus.COMPLETED.value, WorkloadStatus.FAILED.value)
@@ -39,9 +40,10 @@ def submit(session: Session, body: WorkloadIn, who: Principal, now_s: float) -> 
 def submit_many(
     session: Session, requests: Sequence[tuple[WorkloadIn, Principal]], now_s: float
 ) -> list[WorkloadOut | ApiError]:
-    """Store submissions together: two reads and two multi-row inserts however many there are
-    (the API's hottest path, and a round trip per statement on PostgreSQL). Each gets its own
-    outcome: the stored workload, or why it was refused; one refusal stores nothing wrong."""
+    """Store submissions together: three reads (projects, names, nodes) and two multi-row
+    inserts however many there are (the API's hottest path, and a round trip per statement on
+    PostgreSQL). Each gets its own outcome: the stored workload, or why it was refused; one
+    refusal stores nothing wrong."""
     project_names = sorted({body.project for body, _ in requests})
     projects = {
         row.name: row
@@ -59,12 +61,13 @@ def submit_many(
             )
         )
     }
+    nodes = ClusterNodes.load(session)
     outcomes: list[WorkloadOut | ApiError | None] = []
     rows: list[dict[str, Any]] = []
     for body, who in requests:
         try:
             project = projects.get(body.project)
-            values = workload_values(body, who, project, taken, now_s)
+            values = workload_values(body, who, project, taken, now_s, nodes)
         except ApiError as error:
             outcomes.append(error)
             continue
@@ -103,8 +106,10 @@ def workload_values(
     project: Any,
     taken: dict[tuple[int, str], str],
     now_s: float,
+    nodes: ClusterNodes,
 ) -> dict[str, Any]:
-    """The row of an acceptable submission, or `ApiError` saying why it is not."""
+    """The row of an acceptable submission, or `ApiError` saying why it is not (refused too:
+    what no node in `nodes` could ever run)."""
     who.require_project(body.project)  # first: a non-member learns nothing, not even existence
     if project is None or project.is_department:
         what = "is a department" if project else "does not exist"
@@ -133,6 +138,7 @@ def workload_values(
             "train",
             "preemptible",
         )
+    nodes.check(body, kind, gpu_amount)
     return {
         "name": body.name,
         "project_id": project.id,
