@@ -208,7 +208,14 @@ def test_bad_rows_on_postgresql(tmp_path: Path, postgres_url: str) -> None:
                     )  # fmt: skip
             else:
                 _corrupt(harness, case, column, value)
-        harness.submit("a", "good", gpu=1, node_selector={"zone": ["a", "b"]})
+        harness.submit("a", "good", gpu=1)  # then its selector, as if the nodes had changed
+        with harness.writer.begin() as session:  # (submit refuses a selector no node matches)
+            session.execute(
+                text(
+                    "UPDATE workloads SET node_selector = CAST(:value AS json) WHERE name = 'good'"
+                ),
+                {"value": '{"zone": ["a", "b"]}'},
+            )
         for _ in range(3):
             harness.loop.run_once()
         assert harness.status("good") == "pending"  # no node has the label: read, not broken

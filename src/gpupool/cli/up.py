@@ -18,7 +18,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
-import httpx
 import typer
 from rich.console import Console
 
@@ -162,6 +161,8 @@ def _port_taken(port: int) -> str | None:
     from gpupool.server.process import free_port
 
     what = "another program listens there"
+    import httpx  # here, not at the top: every gpupool command would pay for it
+
     with contextlib.suppress(httpx.HTTPError, ValueError, TypeError, KeyError):
         health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2.0).json()
         what = f"another gpupool (version {health['version']}) already answers there"
