@@ -337,7 +337,7 @@ def test_deployment_runs_the_server_as_the_brief_says() -> None:
     (container,) = pod["containers"]
     args = container["args"]
     assert args[:3] == ["server", "--kubernetes", "--leader-elect"]
-    assert args[args.index("--host") + 1] == "0.0.0.0"
+    assert args[args.index("--host") + 1] == "0.0.0.0" and "--insecure" in args  # TLS at ingress
     assert args[args.index("--port") + 1] == "8000"
     env = {e["name"]: e for e in container["env"]}
     assert env["GPUPOOL_DATABASE_URL"]["valueFrom"] == {

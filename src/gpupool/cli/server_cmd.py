@@ -19,7 +19,23 @@ def server(
             help="SQLAlchemy URL, e.g. postgresql://user@host/db; default SQLite in DATA_DIR.",
         ),
     ] = None,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    host: Annotated[
+        str,
+        typer.Option(
+            help="Address to listen on; other than loopback needs --tls-cert/--tls-key or "
+            "--insecure."
+        ),
+    ] = "127.0.0.1",
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="Serve HTTPS with this PEM certificate (chain).")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="The certificate's PEM private key.")] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            help="Serve plain HTTP on a non-loopback --host (TLS ends in front of gpupool)."
+        ),
+    ] = False,
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     executor: Annotated[
         str,
@@ -194,6 +210,9 @@ def server(
             database_url=database_url,
             host=host,
             port=port,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            insecure=insecure,
             cycle_interval_s=cycle_interval,
             executor=executor,
             simulated_nodes=simulated_nodes,

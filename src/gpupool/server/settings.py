@@ -17,6 +17,11 @@ class ServerSettings:
     """SQLAlchemy URL; None means SQLite at `data_dir/gpupool.db`."""
     host: str = "127.0.0.1"
     port: int = 8000
+    tls_cert: Path | None = None
+    """PEM certificate (chain) to serve HTTPS with; with `tls_key`."""
+    tls_key: Path | None = None
+    insecure: bool = False
+    """Serve plain HTTP on an address other than loopback (TLS ends in front of gpupool)."""
     cycle_interval_s: float = 1.0
     """Longest time between scheduling cycles; submissions and changes wake the loop sooner."""
     min_cycle_gap_s: float = 0.05
