@@ -67,7 +67,9 @@ def test_the_overview_shows_what_the_api_reports(page: Page, server: LiveServer)
         project(http, "ov", quota=2)
         submit(http, "ov", "whole", gpu=1)
         submit(http, "ov", "half", gpu=0.5)
-        submit(http, "ov", "too-big", gpu=4, tasks=3)  # 12 GPUs: never fits on 2x4
+        # 8 GPUs together: the whole 2x4 cluster, never free while "whole" runs (a request no
+        # node could ever run is refused at submit)
+        submit(http, "ov", "too-big", gpu=4, tasks=2)
         wait_status(http, "ov", "whole", "running")
         wait_status(http, "ov", "half", "running")
         wait_for(lambda: http.get("/api/v1/top").json()["allocated_gpu_milli"] == 1500)
@@ -82,7 +84,7 @@ def test_the_overview_shows_what_the_api_reports(page: Page, server: LiveServer)
     )
     expect(page.get_by_test_id("total-running")).to_have_text("2")
     expect(page.get_by_test_id("total-pending")).to_have_text("1")
-    expect(page.get_by_test_id("total-pending-gpu")).to_have_text("12")
+    expect(page.get_by_test_id("total-pending-gpu")).to_have_text("8")
     expect(page.get_by_test_id("pending-list")).to_contain_text("ov/too-big")
 
     # The chart's latest point is the history endpoint's last known point: catch the very
@@ -130,7 +132,7 @@ def test_a_researcher_sees_only_their_projects_work(page: Page, server: LiveServ
         project(http, "theirs", quota=2)
         submit(http, "mine", "my-job", gpu=0.5)
         submit(http, "theirs", "secret-job", gpu=0.5)
-        submit(http, "theirs", "secret-wait", gpu=4, tasks=3)
+        submit(http, "theirs", "secret-wait", gpu=4, tasks=2)  # waits: the jobs above run
         wait_status(http, "mine", "my-job", "running")
         wait_status(http, "theirs", "secret-job", "running")
     _, token = researcher(server, ["mine"])

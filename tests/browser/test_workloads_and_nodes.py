@@ -56,7 +56,8 @@ def test_suspend_and_resume_from_the_page_change_the_workload(
 def test_a_pending_workload_shows_its_reason(page: Page, server: LiveServer) -> None:
     with server.client() as http:
         project(http, "wait", quota=1)
-        submit(http, "wait", "huge", gpu=4, tasks=3)
+        submit(http, "wait", "blocker", gpu=1)  # runs until deleted
+        submit(http, "wait", "huge", gpu=4, tasks=2)  # the whole cluster: waits behind it
         wait_for(
             lambda: "cycle" not in (workload(http, "wait", "huge")["pending_reason"] or "cycle"),
             what="the scheduler's reason",

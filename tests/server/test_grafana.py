@@ -81,9 +81,11 @@ def test_every_panel_reads_served_metrics(live_server: LiveServer) -> None:
     with live_server.client() as http:
         body = {"name": "team-a", "quota": {"gpu": 2}}
         assert http.post("/api/v1/projects", json=body).status_code == 201
-        for name, gpu in (("train", 1), ("big", 8)):
-            body = {"name": name, "project": "team-a", "gpu": gpu}
-            assert http.post("/api/v1/workloads", json=body).status_code == 201
+        # "big" is the whole 2x4 cluster as a gang: pending while "train" runs
+        for name, gpu, tasks in (("train", 1, 1), ("big", 4, 2)):
+            body = {"name": name, "project": "team-a", "gpu": gpu, "tasks": tasks}
+            made = http.post("/api/v1/workloads", json=body)
+            assert made.status_code == 201, made.text
 
         def measured() -> bool:
             served = _served(http.get("/metrics").text)
