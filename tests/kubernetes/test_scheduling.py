@@ -130,11 +130,17 @@ def test_gang_is_all_or_nothing_and_gets_its_rendezvous(cluster: Cluster, tmp_pa
         for name in ("n1", "n2"):
             cluster.wait_node_ready(gp.node(name, gpus=2))
         gp.project("team", 4)
-        gp.submit("team", "too-big", gpu=2, tasks=3, duration_s=30)
-        gp.submit("team", "fits", gpu=2, tasks=2, duration_s=30)
+        gp.submit("team", "fits", gpu=1, tasks=2, duration_s=30)
         gp.wait_status("team", "fits", "running")
         pods = wait_for(
             "the gang's 2 pods bound", lambda: len(_bound(gp.pods("team"))) == 2 and gp.pods("team")
+        )
+        # 2 GPUs are free, enough for one of its tasks but not both: none may start (a gang that
+        # no node set could ever hold is refused at submit instead)
+        gp.submit("team", "too-big", gpu=2, tasks=2, duration_s=30)
+        wait_for(
+            "its reason",
+            lambda: "cycle" not in (gp.workload("team", "too-big")["pending_reason"] or "cycle"),
         )
         assert gp.status("team", "too-big") == "pending"
         ranks = sorted(_env(p)["RANK"] for p in pods)
