@@ -12,7 +12,6 @@ PostgreSQL.
 from __future__ import annotations
 
 import itertools
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 
 from gpupool.server.process import ServerProcess
 from liveserver import LiveServer
-from pgserver import TemporaryPostgres, available
+from pgserver import TemporaryPostgres, require_postgres
 
 _database_numbers = itertools.count(1)
 
@@ -29,11 +28,7 @@ _database_numbers = itertools.count(1)
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[TemporaryPostgres]:
     """A PostgreSQL server for the whole session, stopped (and its files deleted) at the end."""
-    reason = available()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the PostgreSQL tests: {reason}", pytrace=False)
-        pytest.skip(reason)
+    require_postgres()
     with TemporaryPostgres() as server:
         yield server
 

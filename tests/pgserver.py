@@ -395,3 +395,14 @@ class TemporaryPostgres:
                 raise RuntimeError(f"{error}\nserver log ({log}):\n{server_log}") from None
             self._port = port
             return
+
+
+def require_postgres() -> None:
+    """Skip the calling test without the PostgreSQL binaries; on CI (CI=true) fail instead."""
+    import pytest
+
+    reason = available()
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the PostgreSQL tests: {reason}", pytrace=False)
+        pytest.skip(reason)

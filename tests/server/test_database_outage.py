@@ -6,7 +6,6 @@ without restarting gpupool."""
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,17 +16,13 @@ import pytest
 
 from gpupool.server.process import ServerProcess
 from liveserver import LiveServer, wait_for
-from pgserver import TemporaryPostgres, available
+from pgserver import TemporaryPostgres, require_postgres
 
 
 @pytest.fixture
 def postgres() -> Iterator[TemporaryPostgres]:
     """A server of this test's own: stopping the session's would disturb other tests."""
-    reason = available()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the PostgreSQL tests: {reason}", pytrace=False)
-        pytest.skip(reason)
+    require_postgres()
     with TemporaryPostgres() as server:
         yield server
 
