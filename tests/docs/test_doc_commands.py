@@ -68,6 +68,11 @@ NOT_RUN: dict[str, str] = {
         "first (CI); `gpupool up` and `gpupool demo` also run on the README and daily-use pages"
     ),
     ".venv/bin/python -m pytest": "runs the whole test suite, this one included: .ci/run (CI)",
+    # python-client.md: install
+    "python3 -m venv .venv && .venv/bin/pip install -e .   # from a checkout of this repository": (
+        "builds a venv and installs gpupool over the page's own .venv (which holds the test's "
+        "gpupool on its own port): .ci/run's first line does the same install (CI)"
+    ),
     # README: gpupool bench packing
     ".venv/bin/gpupool bench packing --all            # every openb variant x 10 seeds vs the "
     "published FGD (about 40 min)": (
