@@ -1,13 +1,17 @@
 """Property-based API tests: schemathesis generates requests for every operation of the
 server's OpenAPI schema and sends them, with the admin's token, to a live server (a `gpupool
-server` child process); no answer may be a server error (5xx).
+server` child process); no answer may be a server error (5xx). Then the same again with a
+researcher's token (a member of one project): no 5xx either, never a 2xx for anything naming
+another project, and nothing of that project's workload (its name, command or environment) in
+any answer. The stateful run along the schema's links is in test_schemathesis_stateful.py.
 
 The schema is taken from the app in-process at collection time, so that each operation is its
 own test item (schemathesis' lazy `from_fixture` loader fails on pytest 9), and the live server's
 `/openapi.json` is checked to be the same. The examples are derandomized (the same requests
-every run) and bounded per operation, so the whole run takes well under a minute. A path naming
-a project or workload is, for about half the cases, pointed at ones that exist, so that the
-operations behind the 404 are reached too.
+every run) and bounded per operation (25 as the admin, 15 as the researcher). A path naming a
+project or workload is, for about half the cases, pointed at ones that exist, so that the
+operations behind the 404 are reached too; the researcher's, for a third each, at their own
+project's and at the other project's.
 """
 
 from __future__ import annotations
