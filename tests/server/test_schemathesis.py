@@ -1,19 +1,24 @@
 """Property-based API tests: schemathesis generates requests for every operation of the
 server's OpenAPI schema and sends them, with the admin's token, to a live server (a `gpupool
-server` child process); no answer may be a server error (5xx).
+server` child process); no answer may be a server error (5xx). Then the same again with a
+researcher's token (a member of one project): no 5xx either, never a 2xx for anything naming
+another project, and nothing of that project's workload (its name, command or environment) in
+any answer. The stateful run along the schema's links is in test_schemathesis_stateful.py.
 
 The schema is taken from the app in-process at collection time, so that each operation is its
 own test item (schemathesis' lazy `from_fixture` loader fails on pytest 9), and the live server's
 `/openapi.json` is checked to be the same. The examples are derandomized (the same requests
-every run) and bounded per operation, so the whole run takes well under a minute. A path naming
-a project or workload is, for about half the cases, pointed at ones that exist, so that the
-operations behind the 404 are reached too.
+every run) and bounded per operation (25 as the admin, 15 as the researcher). A path naming a
+project or workload is, for about half the cases, pointed at ones that exist, so that the
+operations behind the 404 are reached too; the researcher's, for a third each, at their own
+project's and at the other project's.
 """
 
 from __future__ import annotations
 
 import tempfile
 import zlib
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,11 +37,22 @@ from gpupool.server.settings import ServerSettings
 from liveserver import LiveServer, unique
 
 MAX_EXAMPLES = 25
-ADMIN = "admin"
+RESEARCHER_EXAMPLES = 15
+"""Fewer as the researcher: most of what a researcher may not do is refused before the body."""
+ADMIN, RESEARCHER = "admin", "fuzz-researcher"
 PROJECT, WORKLOAD = "fuzz-project", "fuzz-workload"
-"""Exist throughout: most cases that name a project or workload are pointed here."""
+"""Exist throughout: most cases that name a project or workload are pointed here. The
+researcher is a member of PROJECT (only)."""
 DOOMED_PROJECT, DOOMED_WORKLOAD = "fuzz-doomed", "doomed-workload"
-"""What DELETE cases are pointed at instead, so the others keep finding theirs."""
+"""What the admin's DELETE cases are pointed at instead, so the others keep finding theirs."""
+RESEARCHER_DOOMED = "researcher-doomed"
+"""A workload of PROJECT that the researcher's DELETE cases are pointed at."""
+OTHER_PROJECT, OTHER_WORKLOAD = "fuzz-other", "other-secret-workload"
+"""Another project, not the researcher's, with a running workload: the researcher's cases are
+pointed at them for about a third of the cases, and no answer may give them away."""
+DESCRIBE = "/api/v1/workloads/{project}/{name}"
+OTHER_SECRET = "other-project-secret-value"
+"""In the other workload's command and environment: no answer to the researcher may hold it."""
 
 
 def _openapi() -> dict[str, Any]:
@@ -52,34 +68,83 @@ schema = schemathesis.openapi.from_dict(OPENAPI)
 
 
 class Target:
-    def __init__(self, process: ServerProcess) -> None:
+    def __init__(self, process: ServerProcess, token: str) -> None:
         self.process = process
-        self.headers = {"Authorization": f"Bearer {process.admin_token}"}
+        self.headers = {"Authorization": f"Bearer {token}"}
+        self.answered: Counter[tuple[str, int]] = Counter()
+        """(request, status) of every case sent: the researcher's are checked at the end."""
+        self.operations: set[tuple[str, str]] = set()
+        """(method, path template) of the operations cases were sent to."""
 
 
 @pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     data_dir: Path = tmp_path_factory.mktemp("schemathesis") / "server"
     process = ServerProcess(data_dir, simulated_nodes="2x4", cycle_interval_s=0.2)
     with process:
-        target = Target(process)
-        with httpx.Client(base_url=process.url, headers=target.headers, timeout=30) as http:
+        headers = {"Authorization": f"Bearer {process.admin_token}"}
+        with httpx.Client(base_url=process.url, headers=headers, timeout=30) as http:
             assert http.get("/openapi.json").json() == OPENAPI
-            for project, workload in ((PROJECT, WORKLOAD), (DOOMED_PROJECT, DOOMED_WORKLOAD)):
-                body: dict[str, Any] = {"name": project, "quota": {"gpu": 2}}
-                response = http.post("/api/v1/projects", json=body)
-                assert response.status_code == 201, response.text
-                body = {"name": workload, "project": project, "gpu": 1, "duration_s": 3600}
+            made = (
+                (PROJECT, WORKLOAD),
+                (PROJECT, RESEARCHER_DOOMED),
+                (DOOMED_PROJECT, DOOMED_WORKLOAD),
+                (OTHER_PROJECT, OTHER_WORKLOAD),
+            )
+            for project, workload in made:
+                if workload != RESEARCHER_DOOMED:
+                    body: dict[str, Any] = {"name": project, "quota": {"gpu": 2}}
+                    response = http.post("/api/v1/projects", json=body)
+                    assert response.status_code == 201, response.text
+                body = {"name": workload, "project": project, "gpu": 0.5, "duration_s": 3600}
+                if project == OTHER_PROJECT:
+                    body.update(command=["echo", OTHER_SECRET], env={"SECRET": OTHER_SECRET})
                 response = http.post("/api/v1/workloads", json=body)
                 assert response.status_code == 201, response.text
-        yield target
+            body = {"name": RESEARCHER, "projects": [PROJECT]}
+            assert http.post("/api/v1/users", json=body).status_code == 201
+        yield process
         log = process.log_path.read_text(errors="replace")
     assert "Traceback" not in log and "scheduling loop:" not in log, log[-6000:]
+
+
+@pytest.fixture(scope="module")
+def target(server: ServerProcess) -> Target:
+    """The admin."""
+    return Target(server, server.admin_token)
+
+
+@pytest.fixture(scope="module")
+def researcher(server: ServerProcess) -> Iterator[Target]:
+    """A researcher, member of PROJECT only, with a token of their own (issued by the admin
+    after the admin's cases ran, so that none of them revoked it)."""
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        issued = http.post(
+            f"/api/v1/users/{RESEARCHER}/tokens",
+            json={"label": "fuzz"},
+            headers={"Authorization": f"Bearer {server.admin_token}"},
+        )
+        assert issued.status_code == 201, issued.text
+        target = Target(server, issued.json()["token"])
+        yield target
+        assert http.get("/api/v1/whoami", headers=target.headers).json()["name"] == RESEARCHER
+    answered = target.answered
+    if ("GET", DESCRIBE) not in target.operations:
+        return  # that operation's cases were not selected (-k)
+    # Not vacuous: the researcher's cases reached their own project's workload, and were
+    # refused the other project's.
+    own = f"GET /api/v1/workloads/{PROJECT}/{WORKLOAD}"
+    other = f"GET /api/v1/workloads/{OTHER_PROJECT}/{OTHER_WORKLOAD}"
+    assert answered[(own, 200)] > 0 and answered[(other, 403)] > 0, answered
 
 
 def _half(value: object) -> bool:
     """True for about half the values: deterministic, unlike `hash`."""
     return zlib.crc32(repr(value).encode()) % 2 == 0
+
+
+def _third(value: object) -> int:
+    return zlib.crc32(repr(value).encode()) % 3
 
 
 def _point_at_existing(case: Any) -> None:
@@ -95,9 +160,7 @@ def _point_at_existing(case: Any) -> None:
         and _half(sorted(body.items(), key=str))
     ):
         body["project"] = PROJECT
-        body.pop("gpu_memory", None)
-        body.pop("gpu_limit", None)
-        body["gpu"] = (1, 0.5, 2)[zlib.crc32(repr(body).encode()) % 3]
+        _plain_gpu(body)
     parameters = case.path_parameters
     if not parameters or not _half(sorted(parameters.items())):
         return
@@ -111,18 +174,63 @@ def _point_at_existing(case: Any) -> None:
         parameters["name"] = project
 
 
-@schema.parametrize()
-@settings(
+def _plain_gpu(body: dict[str, Any]) -> None:
+    body.pop("gpu_memory", None)
+    body.pop("gpu_limit", None)
+    body["gpu"] = (1, 0.5, 2)[zlib.crc32(repr(body).encode()) % 3]
+
+
+def _point_researcher(case: Any) -> str | None:
+    """For about a third of the researcher's cases, name their own project and workload; for
+    another third, the other project's. The project named, or None."""
+    body = case.body
+    if case.method == "POST" and case.path == "/api/v1/workloads" and isinstance(body, dict):
+        which = _third(sorted(body.items(), key=str))
+        if which < 2 and "project" in body:
+            body["project"] = (PROJECT, OTHER_PROJECT)[which]
+            _plain_gpu(body)
+    parameters = case.path_parameters or {}
+    query = case.query if isinstance(case.query, dict) else {}
+    which = _third(sorted([*parameters.items(), *query.items()], key=str))
+    if which < 2:
+        own = which == 0
+        project = PROJECT if own else OTHER_PROJECT
+        if "project" in parameters:
+            parameters["project"] = project
+            if "name" in parameters:
+                doomed = case.method == "DELETE" and own
+                parameters["name"] = (
+                    RESEARCHER_DOOMED if doomed else (WORKLOAD, OTHER_WORKLOAD)[which]
+                )
+        elif "name" in parameters and case.path.startswith("/api/v1/projects/"):
+            parameters["name"] = project
+        elif "project" in query:
+            query["project"] = project
+    if "project" in parameters:
+        return str(parameters["project"])
+    if case.path.startswith("/api/v1/projects/"):
+        return str(parameters.get("name"))
+    if isinstance(body, dict) and case.path.startswith("/api/v1/workloads"):
+        return str(body.get("project"))
+    return None
+
+
+SETTINGS = settings(
     max_examples=MAX_EXAMPLES,
     derandomize=True,
     database=None,
     deadline=None,
     suppress_health_check=list(HealthCheck),
 )
+
+
+@schema.parametrize()
+@SETTINGS
 def test_no_server_errors(case: Any, target: Target) -> None:
-    deletes_caller = case.method == "DELETE" and case.path == "/api/v1/users/{name}"
-    if deletes_caller and case.path_parameters.get("name") == ADMIN:
-        # Deleting the caller's own user revokes the token every other case uses.
+    on_user = case.method in ("DELETE", "PUT") and case.path.startswith("/api/v1/users/{name}")
+    if on_user and case.path_parameters.get("name") in (ADMIN, RESEARCHER):
+        # Deleting the caller's own user revokes the token every other case uses; the
+        # researcher's user and projects are the researcher's cases'.
         case.path_parameters["name"] = "someone-else"
     revokes_caller = case.method == "DELETE" and case.path == "/api/v1/tokens/{token_id}"
     if revokes_caller and case.path_parameters.get("token_id") == 1:
@@ -135,6 +243,26 @@ def test_no_server_errors(case: Any, target: Target) -> None:
         checks=[not_a_server_error],
         timeout=30,
     )
+
+
+@schema.parametrize()
+@settings(SETTINGS, max_examples=RESEARCHER_EXAMPLES)
+def test_a_researcher_gets_no_server_errors_and_nothing_of_other_projects(
+    case: Any, researcher: Target
+) -> None:
+    """The same cases as a researcher, member of one project: no 5xx, no 2xx for anything
+    naming another project (its workloads, its settings, submitting to it), and nothing of
+    the other project's workload in any answer (its name, its command and environment)."""
+    project = _point_researcher(case)
+    response = case.call(base_url=researcher.process.url, headers=researcher.headers, timeout=30)
+    operation = f"{case.method} {case.formatted_path}"
+    researcher.answered[(operation, response.status_code)] += 1
+    researcher.operations.add((case.method, case.path))
+    case.validate_response(response, checks=[not_a_server_error])
+    if project == OTHER_PROJECT:
+        assert response.status_code >= 400, (operation, response.text[:500])
+    assert OTHER_WORKLOAD not in response.text, (operation, response.text[:2000])
+    assert OTHER_SECRET not in response.text, (operation, response.text[:2000])
 
 
 # -- what schemathesis found, pinned down on both databases --------------------------------------

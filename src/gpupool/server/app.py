@@ -25,7 +25,7 @@ from gpupool.executors.kubernetes.settings import KubeSettings
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.simulated import SimulatedExecutor, parse_simulated_nodes
 from gpupool.private import private_dir, tighten_file, touch_private
-from gpupool.server import dbfaults, migrate, readiness
+from gpupool.server import dbfaults, migrate, openapi_links, readiness
 from gpupool.server.auth import TokenCache
 from gpupool.server.batcher import SubmitBatcher
 from gpupool.server.body_limit import BodyLimit, BodyTooLargeError
@@ -231,6 +231,7 @@ def create_app(
     app.include_router(readiness.router)
     _error_handlers(app)
     dbfaults.install_handlers(app)
+    openapi_links.install(app)
     return app
 
 

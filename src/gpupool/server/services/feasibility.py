@@ -1,7 +1,7 @@
 """Refuse at submission what no node could ever run, saying why: more GPU memory per task than
-any device has, more whole GPUs per task than any node has, a node selector no node matches, a
-gang larger than the cluster. Without this such work waits forever (or, asking for more memory
-than a device has, is placed on a whole device it will not fit).
+any device has, more whole GPUs, CPU or memory per task than any node has, a node selector no
+node matches, a gang larger than the cluster. Without this such work waits forever (or, asking
+for more memory than a device has, is placed on a whole device it will not fit).
 
 The nodes are read once per batch of submissions (`ClusterNodes.load`); checks work on the
 distinct node shapes, so a batch of hundreds against thousands of nodes stays cheap. With no
@@ -34,6 +34,9 @@ class NodeShape:
     gpu_memory_mib: int
     gpu_model: str | None
     labels: Mapping[str, str]
+    cpu_milli: int | None = None
+    """None: not tracked (never the bottleneck), as the scheduler reads it."""
+    memory_mib: int | None = None
 
     def label(self, key: str) -> str | None:
         """As the scheduler reads it: `gpu_model` is the node's GPU model."""
@@ -47,7 +50,7 @@ class ClusterNodes:
     def __init__(self, nodes: Iterable[NodeShape]) -> None:
         self.nodes = tuple(nodes)
         self._has_gpus = any(node.gpu_count > 0 for node in self.nodes)
-        self._shapes: dict[tuple[tuple[str, tuple[str, ...]], ...], Counter[tuple[int, int]]] = {}
+        self._shapes: dict[tuple[tuple[str, tuple[str, ...]], ...], Counter[_Shape]] = {}
 
     @classmethod
     def load(cls, session: Session) -> ClusterNodes:
@@ -58,10 +61,20 @@ class ClusterNodes:
                 NodeRow.gpu_memory_mib,
                 NodeRow.gpu_model,
                 NodeRow.labels,
+                NodeRow.cpu_milli,
+                NodeRow.memory_mib,
             ).where(NodeRow.state.in_(NODE_STATES))
         )
         return cls(
-            NodeShape(row.name, row.gpu_count, row.gpu_memory_mib, row.gpu_model, row.labels or {})
+            NodeShape(
+                row.name,
+                row.gpu_count,
+                row.gpu_memory_mib,
+                row.gpu_model,
+                row.labels or {},
+                row.cpu_milli,
+                row.memory_mib,
+            )
             for row in rows
         )
 
@@ -84,7 +97,7 @@ class ClusterNodes:
                 "node_selector",
             )
         if kind is GpuRequestKind.WHOLE:
-            largest = max(count for count, _ in shapes)
+            largest = max(shape.gpu_count for shape in shapes)
             if amount > largest:
                 raise invalid(
                     f"gpu {amount} asks for {amount} GPUs per task on one node, but the largest "
@@ -93,7 +106,7 @@ class ClusterNodes:
                     "gpu",
                 )
         elif kind is GpuRequestKind.MEMORY:
-            largest = max(memory for _, memory in shapes)
+            largest = max(shape.gpu_memory_mib for shape in shapes)
             if amount > largest:
                 raise invalid(
                     f"gpu_memory {body.gpu_memory} ({amount} MiB) is more than any GPU in {where} "
@@ -102,16 +115,19 @@ class ClusterNodes:
                     "whole device with gpu: 1",
                     "gpu_memory",
                 )
+        _check_cpu_and_memory(body, shapes, where)
+        fits = sum(nodes * _tasks_on(shape, kind, amount, body) for shape, nodes in shapes.items())
+        if fits == 0:
+            raise invalid(
+                f"no node in {where} has what one task asks for all at once (GPU, "
+                f"cpu_milli {body.cpu_milli}, memory {body.memory_mib} MiB): the nodes with "
+                "enough GPUs have too little CPU or memory; ask for less of one",
+                "cpu_milli" if body.cpu_milli else "memory",
+            )
         gang = body.tasks if body.min_available is None else body.min_available
-        if gang <= 1:
-            return
-        fits = sum(
-            nodes * _tasks_on(count, memory, kind, amount)
-            for (count, memory), nodes in shapes.items()
-        )
         if gang > fits:
             field = "tasks" if body.min_available is None else "min_available"
-            gpus = sum(count * nodes for (count, _), nodes in shapes.items())
+            gpus = sum(shape.gpu_count * nodes for shape, nodes in shapes.items())
             raise invalid(
                 f"its {gang} tasks must run together ({field}), but {where} can hold at most "
                 f"{fits} such tasks at once ({gpus} GPUs on {sum(shapes.values())} nodes): lower "
@@ -119,7 +135,7 @@ class ClusterNodes:
                 field,
             )
 
-    def _match(self, selector: tuple[tuple[str, tuple[str, ...]], ...]) -> Counter[tuple[int, int]]:
+    def _match(self, selector: tuple[tuple[str, tuple[str, ...]], ...]) -> Counter[_Shape]:
         matching = [
             node
             for node in self.nodes
@@ -131,7 +147,11 @@ class ClusterNodes:
                 "the nodes have (gpupool nodes lists them) or leave node_selector out",
                 "node_selector",
             )
-        return Counter((n.gpu_count, n.gpu_memory_mib) for n in matching if n.gpu_count > 0)
+        return Counter(
+            _Shape(n.gpu_count, n.gpu_memory_mib, n.cpu_milli, n.memory_mib)
+            for n in matching
+            if n.gpu_count > 0
+        )
 
     def _labels_in_use(self, selector: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
         """For each key of `selector`: the values the nodes have, or that none has it."""
@@ -149,16 +169,63 @@ class ClusterNodes:
         return "; ".join(parts)
 
 
-def _tasks_on(count: int, memory_mib: int, kind: GpuRequestKind, amount: int) -> int:
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What a node with GPUs has, as far as one task's fit goes."""
+
+    gpu_count: int
+    gpu_memory_mib: int
+    cpu_milli: int | None
+    memory_mib: int | None
+
+
+def _check_cpu_and_memory(body: WorkloadIn, shapes: Iterable[_Shape], where: str) -> None:
+    """Refuse CPU or memory per task above every node's (nodes that do not track it count as
+    having any amount, as they do for the scheduler)."""
+    shapes = tuple(shapes)
+    cpu = body.cpu_milli
+    if cpu and all(shape.cpu_milli is not None for shape in shapes):
+        largest = max(shape.cpu_milli or 0 for shape in shapes)
+        if cpu > largest:
+            raise invalid(
+                f"cpu_milli {cpu} asks for {_cpus(cpu)} CPUs per task on one node, but the "
+                f"largest node in {where} has {_cpus(largest)}: ask for at most cpu_milli "
+                f"{largest} per task (and more tasks, if the program spreads over nodes)",
+                "cpu_milli",
+            )
+    memory = body.memory_mib
+    if memory and all(shape.memory_mib is not None for shape in shapes):
+        largest = max(shape.memory_mib or 0 for shape in shapes)
+        if memory > largest:
+            raise invalid(
+                f"memory {body.memory} ({memory} MiB) is more than any node in {where} has "
+                f"(the largest has {largest} MiB): ask for at most {_memory(largest)} per task "
+                "(and more tasks, if the program spreads over nodes)",
+                "memory",
+            )
+
+
+def _tasks_on(shape: _Shape, kind: GpuRequestKind, amount: int, body: WorkloadIn) -> int:
     """How many tasks of one request a node of this shape can hold at once, at most."""
+    count = shape.gpu_count
     if kind is GpuRequestKind.WHOLE:
-        return count // amount
-    if kind is GpuRequestKind.FRACTION:
-        return count * (MILLI_PER_GPU // max(amount, 1))
-    if amount > memory_mib:
-        return 0
-    milli = min(MILLI_PER_GPU, -(-amount * MILLI_PER_GPU // memory_mib))
-    return count * (MILLI_PER_GPU // max(milli, 1))
+        tasks = count // amount
+    elif kind is GpuRequestKind.FRACTION:
+        tasks = count * (MILLI_PER_GPU // max(amount, 1))
+    elif amount > shape.gpu_memory_mib:
+        tasks = 0
+    else:
+        milli = min(MILLI_PER_GPU, -(-amount * MILLI_PER_GPU // shape.gpu_memory_mib))
+        tasks = count * (MILLI_PER_GPU // max(milli, 1))
+    if body.cpu_milli and shape.cpu_milli is not None:
+        tasks = min(tasks, shape.cpu_milli // body.cpu_milli)
+    if body.memory_mib and shape.memory_mib is not None:
+        tasks = min(tasks, shape.memory_mib // body.memory_mib)
+    return tasks
+
+
+def _cpus(milli: int) -> str:
+    return f"{milli / 1000:g}"
 
 
 def _memory(mib: int) -> str:
