@@ -171,7 +171,7 @@ def test_founding_story_preempted_jobs_checkpoint_and_resume(cli: Cli) -> None:
     with cli._client() as client:
         for index in range(1, 3):
             body = {"name": f"patty-{index}", "project": "patty", "gpu": 1, "grace_period_s": 30,
-                    "command": [*train, "--steps", "20"], "working_dir": str(cli.tmp)}  # fmt: skip
+                    "command": [*train, "--steps", "20"]}  # fmt: skip
             client.submit(WorkloadIn.model_validate(body))
     wait_for(
         lambda: all(

@@ -352,7 +352,8 @@ def submit(
                 "no project given: pass --project NAME, or set a default with "
                 "`gpupool config set project NAME`"
             )
-    fields.setdefault("working_dir", os.getcwd())
+    if "working_dir" not in fields and not _server_isolates_tasks():
+        fields["working_dir"] = os.getcwd()
     runnable = fields.get("command") or fields.get("image") or fields.get("duration_s")
     try:
         workload = schemas.WorkloadIn.model_validate(fields)
@@ -378,3 +379,10 @@ def submit(
         return text + (f" ({submitted.pending_reason})" if submitted.pending_reason else "")
 
     show(submitted, json_output, render)
+
+
+def _server_isolates_tasks() -> bool:
+    """Whether the server sandboxes local tasks: then a task runs in its own directory unless
+    a working directory is given (the current one is rarely under an allowed task root)."""
+    with connect() as client:
+        return client.health().task_isolation not in (None, "none")
