@@ -313,11 +313,20 @@ def bubblewrap_problem(bwrap: str = "bwrap") -> str | None:
     return None
 
 
+def unwrap(command: Sequence[str]) -> list[str]:
+    """The task's own command in a command line `Bubblewrap.wrap` made (others unchanged)."""
+    if list(command[:2]) != ["env", "--ignore-signal=TERM"] or "setpriv" not in command:
+        return list(command)
+    rest = list(command[command.index("setpriv") :])
+    return rest[rest.index("--") + 1 :] if "--" in rest else list(command)
+
+
 def choose_isolation(
     mode: str,
     data_dir: Path,
     task_roots: Sequence[Path] = (),
     max_processes: int = DEFAULT_MAX_PROCESSES,
+    bwrap: str = "bwrap",
 ) -> tuple[Isolation, str | None]:
     """(the isolation for `mode`, the warning to print or None). `auto`: bubblewrap where it
     works, else none with the warning; `bubblewrap` where it does not: `ValueError` (the
@@ -326,11 +335,11 @@ def choose_isolation(
         raise ValueError(f"--isolation {mode!r} is not known: use auto, bubblewrap or none")
     if max_processes < 1:
         raise ValueError(f"--task-max-processes must be at least 1 (got {max_processes})")
-    problem = None if mode == "none" else bubblewrap_problem()
+    problem = None if mode == "none" else bubblewrap_problem(bwrap)
     if mode == "bubblewrap" and problem is not None:
         raise ValueError(f"--isolation bubblewrap: {problem}")
     if mode != "none" and problem is None:
-        return Bubblewrap(data_dir, task_roots, max_processes=max_processes), None
+        return Bubblewrap(data_dir, task_roots, max_processes=max_processes, bwrap=bwrap), None
     why = problem or "--isolation none was asked for"
     return NoIsolation(), NOT_ISOLATED.format(user=_user(), why=why)
 
