@@ -319,3 +319,23 @@ def test_a_server_that_is_not_root_says_tasks_are_not_isolated(open_dir: Path) -
     finally:
         warned.terminate()
         warned.wait(timeout=30)
+
+
+def test_gpupool_up_says_loudly_that_tasks_are_not_isolated(tmp_path: Path) -> None:
+    env = {**os.environ, "GPUPOOL_CONFIG": str(tmp_path / "config.json")}
+    data_dir = tmp_path / "data"
+
+    def gpupool(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [PY, "-m", "gpupool", *args, "--data-dir", str(data_dir)]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+
+    port = str(free_port())
+    try:
+        up = gpupool("up", "--isolation", "none", "--fake-gpus", "1x8G", "--port", port)
+        assert up.returncode == 0, up
+        assert "WARNING: tasks are NOT isolated" in " ".join(up.stderr.split()), up.stderr
+        assert "--isolation none was asked for" in " ".join(up.stderr.split())
+        log = (data_dir / "server.log").read_text()
+        assert "tasks are NOT isolated" in log
+    finally:
+        gpupool("down")
