@@ -32,7 +32,8 @@ import pwd
 import re
 import shutil
 import subprocess
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -189,6 +190,7 @@ class Bubblewrap:
         self._accounts = accounts or SystemAccounts()
         self._max_processes = max_processes
         self._bwrap = bwrap
+        self._readable = toolchain_dirs(os.environ)
         self.work_dir = self._data_dir / "work"
 
     def working_dir_problem(self, working_dir: str | None) -> str | None:
@@ -234,20 +236,11 @@ class Bubblewrap:
         args += ["--dev", "/dev", *_gpu_devices()]
         args += ["--proc", "/proc"]
         args += ["--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm"]
-        hidden = [Path("/tmp")]
-        for path in _to_hide([self._data_dir, *self._task_roots], writable):
-            if not any(path.is_relative_to(h) for h in hidden):
-                hidden.append(path)
-                args += ["--tmpfs", str(path)]
-        made: set[Path] = set()
-        for path in dict.fromkeys(writable):
-            # bwrap would make the missing parents on the tmpfs 0700 (root's): 0755, so
-            # that the task's account reaches its own directories.
-            for parent in _parents_below(path, hidden):
-                if parent not in made:
-                    made.add(parent)
-                    args += ["--perms", "0755", "--dir", str(parent)]
-            args += ["--bind", str(path), str(path)]
+        args += _layout(
+            hide=[self._data_dir, *self._task_roots],
+            readable=self._readable,
+            writable=writable,
+        )
         args += ["--chdir", str(cwd), "--"]
         args += ["env", "--default-signal=TERM"]
         args += ["prlimit", f"--nproc={self._max_processes}:{self._max_processes}", "--"]
@@ -256,22 +249,68 @@ class Bubblewrap:
         return [*args, "--", *command]
 
 
-def _to_hide(roots: Sequence[Path], writable: Sequence[Path]) -> list[Path]:
-    """What to cover with an empty tmpfs, top down: the data directory and task roots, and
-    above each writable directory the first parent that others may not enter (like a 0700
-    `/root` holding `.gpupool`): the account could not reach its directories through it, and
-    may see nothing in it anyway."""
-    found = [root for root in roots if root.is_dir()]
-    for path in writable:
+def _layout(hide: Sequence[Path], readable: Sequence[Path], writable: Sequence[Path]) -> list[str]:
+    """bwrap's mounts after the private /tmp: the first parent that others may not enter of
+    every path the task needs (like a 0700 `/root` holding `.gpupool`) covered by an empty
+    tmpfs (the account could neither pass it nor see anything in it); `readable` bound back
+    read-only; `hide` (data directory, task roots) covered; `writable` bound back writable.
+    Missing parents on a tmpfs are made 0755 (bwrap would make them 0700, root's)."""
+    args: list[str] = []
+    hidden = [Path("/tmp")]
+    made: set[Path] = set()
+
+    def reach(path: Path) -> None:
+        for parent in _parents_below(path, hidden):
+            if parent not in made:
+                made.add(parent)
+                args.extend(["--perms", "0755", "--dir", str(parent)])
+
+    for closed in _closed_parents([*readable, *hide, *writable]):
+        if not any(closed.is_relative_to(h) for h in hidden):
+            hidden.append(closed)
+            args.extend(["--tmpfs", str(closed)])
+    for path in readable:
+        if any(path.is_relative_to(h) for h in hidden) and not any(
+            path.is_relative_to(h) for h in hide
+        ):
+            reach(path)
+            args.extend(["--ro-bind", str(path), str(path)])
+    for path in hide:
+        if path.is_dir():
+            reach(path)
+            hidden.append(path)
+            args.extend(["--tmpfs", str(path)])
+    for path in dict.fromkeys(writable):
+        reach(path)
+        args.extend(["--bind", str(path), str(path)])
+    return args
+
+
+def _closed_parents(paths: Sequence[Path]) -> list[Path]:
+    """For each of `paths`, its first parent that others may not enter, top down."""
+    found = set()
+    for path in paths:
         for parent in reversed(path.parents):
             try:
                 closed = not os.stat(parent).st_mode & 0o001
             except OSError:
                 break
             if closed:
-                found.append(parent)
+                found.add(parent)
                 break
-    return sorted(set(found), key=lambda path: len(path.parts))
+    return sorted(found, key=lambda path: len(path.parts))
+
+
+def toolchain_dirs(server_env: Mapping[str, str]) -> list[Path]:
+    """What a task may need to read wherever it lies (under /tmp, a 0700 home): the server's
+    Python environment, gpupool's own code, and the directories of its `PATH` and
+    `PYTHONPATH` (a task's `python` is the server's)."""
+    import gpupool
+
+    found = [Path(sys.prefix), Path(sys.base_prefix), Path(gpupool.__file__).parent.parent]
+    for name in ("PATH", "PYTHONPATH"):
+        found += [Path(part) for part in server_env.get(name, "").split(os.pathsep) if part]
+    return [path.resolve() for path in dict.fromkeys(found) if path.is_absolute() and path.is_dir()]
 
 
 def _parents_below(path: Path, hidden: Sequence[Path]) -> list[Path]:
