@@ -270,6 +270,10 @@ def test_isolation_none_is_warned_about_and_bubblewrap_refuses_without_it(
     assert isolation.mode == "none" and warning is not None and "not found" in warning
     with pytest.raises(ValueError, match="not known"):
         choose_isolation("chroot", tmp_path)
+    for root in (Path("/"), tmp_path, tmp_path / "data" / "roots", tmp_path / "missing"):
+        (tmp_path / "data" / "roots").mkdir(parents=True, exist_ok=True)
+        with pytest.raises(ValueError, match="--task-root"):
+            choose_isolation("none", tmp_path / "data", task_roots=[root])
 
 
 @pytest.fixture

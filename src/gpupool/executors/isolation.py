@@ -374,6 +374,15 @@ def choose_isolation(
         raise ValueError(f"--isolation {mode!r} is not known: use auto, bubblewrap or none")
     if max_processes < 1:
         raise ValueError(f"--task-max-processes must be at least 1 (got {max_processes})")
+    for root in task_roots:
+        resolved, data = root.resolve(), data_dir.resolve()
+        if not resolved.is_dir():
+            raise ValueError(f"--task-root {root} is not a directory")
+        if resolved == Path("/") or data.is_relative_to(resolved) or resolved.is_relative_to(data):
+            raise ValueError(
+                f"--task-root {root} holds or lies in the data directory {data_dir} (or is /): "
+                "name a directory of its own for tasks' working directories"
+            )
     problem = None if mode == "none" else bubblewrap_problem(bwrap)
     if mode == "bubblewrap" and problem is not None:
         raise ValueError(f"--isolation bubblewrap: {problem}")
