@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -335,3 +336,28 @@ def test_a_stopped_isolated_task_gets_sigterm_and_its_grace(scene: Scene) -> Non
     # It ended by itself after its handler's work (exit 0), not killed with bwrap (137).
     assert last_task().exit_code == 0, last_task()
     assert "got SIGTERM, checkpointing" in _log(scene.client, scene.attacker_project, name)
+
+
+def test_the_cli_sends_no_default_working_dir_to_an_isolating_server(
+    scene: Scene, tmp_path: Path
+) -> None:
+    assert httpx.get(scene.server.url + "/health").json()["task_isolation"] == "bubblewrap"
+    env = {
+        **os.environ,
+        "GPUPOOL_CONFIG": str(tmp_path / "config.json"),
+        "GPUPOOL_SERVER": scene.server.url,
+        "GPUPOOL_TOKEN": scene.server.admin_token,
+    }
+    name = unique("cli")
+    submit = [sys.executable, "-m", "gpupool", "submit", name, "--project"]
+    submit += [scene.attacker_project, "--gpu", "1", "--", "pwd"]
+    result = subprocess.run(submit, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result
+    wait_for(
+        lambda: scene.client.describe(scene.attacker_project, name).status == "completed",
+        60,
+        "the CLI's workload",
+    )
+    assert scene.client.describe(scene.attacker_project, name).working_dir is None
+    own = scene.data_dir / "work" / scene.attacker_project / name
+    assert _log(scene.client, scene.attacker_project, name).startswith(f"{own}\n")
