@@ -20,6 +20,8 @@ from gpupool.clock import FakeClock
 from gpupool.executors.base import Exit, Launch, Stop
 from gpupool.executors.gpus import DeclaredBackend
 from gpupool.executors.isolation import (
+    Account,
+    Bubblewrap,
     NoIsolation,
     account_name,
     bubblewrap_problem,
@@ -343,3 +345,35 @@ def test_gpupool_up_says_loudly_that_tasks_are_not_isolated(tmp_path: Path) -> N
         assert "tasks are NOT isolated" in log
     finally:
         gpupool("down")
+
+
+class FixedAccounts:
+    """The Accounts seam's fake: every project runs as one given account (no useradd)."""
+
+    def account_for(self, project: str) -> Account:
+        return Account("gpupool-test", 4321, 4321)
+
+
+def test_the_sandbox_command_line_hides_then_binds_back_in_order(open_dir: Path) -> None:
+    """What `wrap` asks bwrap for, built without root: the data directory hidden after the
+    closed parent above it, the task's directories bound back writable with reachable
+    parents, privileges dropped last, the task's command unchanged."""
+    closed = open_dir / "home"  # outside /tmp, which every task gets empty anyway
+    data_dir = closed / "data"
+    work = data_dir / "work" / "p" / "w"
+    work.mkdir(parents=True)
+    closed.chmod(0o700)
+    sandbox = Bubblewrap(data_dir, accounts=FixedAccounts(), max_processes=7)
+    launch = _launch("x1", "pass", project="p")
+    args = sandbox.wrap(launch, ["python", "-c", "pass"], [work], work)
+    text = " ".join(args)
+    assert text.index(f"--tmpfs {closed} ") < text.index(f"--tmpfs {data_dir} ")
+    assert text.index(f"--tmpfs {data_dir} ") < text.index(f"--bind {work} {work}")
+    assert f"--perms 0755 --dir {data_dir / 'work' / 'p'} " in text
+    assert "--unshare-pid" in args and "--die-with-parent" in args
+    assert "prlimit --nproc=7:7 -- setpriv --reuid=4321 --regid=4321 --clear-groups" in text
+    assert args[-4:] == ["--", "python", "-c", "pass"]
+    assert unwrap(args) == ["python", "-c", "pass"]
+    assert sandbox.working_dir(launch, open_dir) == data_dir / "work" / "p" / "w-x1"
+    problem = sandbox.working_dir_problem("/etc")
+    assert problem is not None and "outside the task roots (none configured)" in problem

@@ -8,6 +8,11 @@ again by pid and process start time (`/proc/PID/stat`), or reads how they ended.
 Stopping is SIGTERM to the group, the task's grace period, then SIGKILL; a task counts as
 running (its devices busy) until every process of its group is gone. A watchdog compares each
 task's GPU memory (from the GPU backend: NVML, or declared devices in tests) with its limit.
+
+How a task is kept from the server and other tasks is the `Isolation` it is given
+(`gpupool.executors.isolation`: bubblewrap as its project's account, or none); either way a
+task gets only its declared environment, gpupool's variables and the server's `PATH` and
+locale (`taskenv.inherited_environment`).
 """
 
 from __future__ import annotations
