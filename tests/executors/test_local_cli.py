@@ -171,7 +171,7 @@ def test_founding_story_preempted_jobs_checkpoint_and_resume(cli: Cli) -> None:
     with cli._client() as client:
         for index in range(1, 3):
             body = {"name": f"patty-{index}", "project": "patty", "gpu": 1, "grace_period_s": 30,
-                    "command": [*train, "--steps", "20"], "working_dir": str(cli.tmp)}  # fmt: skip
+                    "command": [*train, "--steps", "20"]}  # fmt: skip
             client.submit(WorkloadIn.model_validate(body))
     wait_for(
         lambda: all(
@@ -270,9 +270,8 @@ print(f"rank {rank} got: {message}", flush=True)
 
 
 def test_a_gang_meets_through_master_addr_and_port(cli: Cli) -> None:
-    script = cli.tmp / "meet.py"
-    script.write_text(RENDEZVOUS)
-    cli.run("submit", "meet", "--tasks", "2", "--gpu", "1", "--", sys.executable, str(script))
+    # Inline: an isolated task (root with bubblewrap) sees none of the submitter's files.
+    cli.run("submit", "meet", "--tasks", "2", "--gpu", "1", "--", sys.executable, "-c", RENDEZVOUS)
     wait_for(lambda: cli.status("meet") in ("completed", "failed"), timeout_s=60)
     logs = cli.run("logs", "meet", "--all-tasks").stdout
     assert cli.status("meet") == "completed", logs
@@ -303,7 +302,7 @@ import os, sys
 for i in range(30_000):  # 3 MB: three pages of the API; é is two bytes, cut at some page ends
     print(f"line {i:06d} " + "é" * 44)
 print("waiting for go", flush=True)
-while not os.path.exists("go"):
+while not os.path.exists(os.path.join(os.environ["GPUPOOL_CHECKPOINT_DIR"], "go")):
     import time; time.sleep(0.02)
 for i in range(2_000):  # written right before the task exits, in one buffered burst
     sys.stdout.write(f"late {i:04d}\\n")
@@ -313,8 +312,9 @@ sys.stdout.write("the last line\\n")
 
 @pytest.mark.slow
 def test_logs_page_past_1_mib_tail_and_follow_to_the_last_line(cli: Cli) -> None:
-    (cli.tmp / "big.py").write_text(BIG_LOG)
-    cli.run("submit", "big", "--gpu", "1", "--", sys.executable, "-u", str(cli.tmp / "big.py"))
+    # Inline, and told to go through its checkpoint directory: an isolated task (root with
+    # bubblewrap) sees none of the submitter's files.
+    cli.run("submit", "big", "--gpu", "1", "--", sys.executable, "-u", "-c", BIG_LOG)
     followed = cli.tmp / "followed.txt"
     with followed.open("w") as out:
         follower = subprocess.Popen(
@@ -333,7 +333,7 @@ def test_logs_page_past_1_mib_tail_and_follow_to_the_last_line(cli: Cli) -> None
                 )
             tail = cli.run("logs", "big", "--tail", "2").stdout
             assert tail == f"line 029999 {'é' * 44}\nwaiting for go\n"
-            (cli.tmp / "go").touch()
+            (cli.data_dir / "checkpoints" / "default" / "big" / "go").touch()
             assert follower.wait(timeout=60) == 0, follower.stderr
         finally:
             follower.kill()

@@ -692,6 +692,9 @@ class ErrorOut(_Out):
 class Health(_Out):
     status: str
     version: str
+    task_isolation: str | None = None
+    """Local executor: `bubblewrap` (tasks sandboxed; a `working_dir` must lie under a task
+    root) or `none`; None for other executors."""
 
 
 def validation_error_out(items: Iterable[Mapping[str, Any]]) -> ErrorOut:

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from gpupool.executors.isolation import DEFAULT_MAX_PROCESSES
+
 
 def server(
     data_dir: Annotated[
@@ -48,6 +50,25 @@ def server(
         str | None,
         typer.Option(help="Local executor: declare devices (4x80G) instead of using NVML."),
     ] = None,
+    isolation: Annotated[
+        str,
+        typer.Option(
+            help="Local executor: bubblewrap (each task sandboxed as its project's account; "
+            "needs root and bwrap), none (tasks run as this user; a warning) or auto "
+            "(bubblewrap where it works). docs/security.md#tasks",
+        ),
+    ] = "auto",
+    task_root: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="Local executor, isolated: a workload's working_dir may lie under this "
+            "directory (repeatable; default: none, tasks run in their own directory).",
+        ),
+    ] = None,
+    task_max_processes: Annotated[
+        int,
+        typer.Option(help="Local executor, isolated: processes a project's tasks may have."),
+    ] = DEFAULT_MAX_PROCESSES,
     stop_tasks_on_exit: Annotated[
         bool,
         typer.Option(
@@ -217,6 +238,9 @@ def server(
             executor=executor,
             simulated_nodes=simulated_nodes,
             fake_gpus=fake_gpus,
+            isolation=isolation,
+            task_roots=tuple(root.resolve() for root in task_root or ()),
+            task_max_processes=task_max_processes,
             stop_tasks_on_shutdown=stop_tasks_on_exit,
             scheduler=SchedulerSettings(
                 placement=canonical_name(placement),

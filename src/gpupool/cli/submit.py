@@ -352,7 +352,6 @@ def submit(
                 "no project given: pass --project NAME, or set a default with "
                 "`gpupool config set project NAME`"
             )
-    fields.setdefault("working_dir", os.getcwd())
     runnable = fields.get("command") or fields.get("image") or fields.get("duration_s")
     try:
         workload = schemas.WorkloadIn.model_validate(fields)
@@ -364,6 +363,13 @@ def submit(
         fail(body.detail, body.errors)
     if not runnable:
         fail(NO_COMMAND)
+    if "working_dir" not in fields and not _server_isolates_tasks():
+        # Checked after the input (a mistake costs no request), validated like the rest.
+        try:
+            workload = schemas.WorkloadIn.model_validate({**fields, "working_dir": os.getcwd()})
+        except ValidationError as error:
+            body = schemas.validation_error_out(error.errors())
+            fail(body.detail, body.errors)
     if dry_run:
         with connect() as client:
             answer = client.dry_run(workload)
@@ -378,3 +384,10 @@ def submit(
         return text + (f" ({submitted.pending_reason})" if submitted.pending_reason else "")
 
     show(submitted, json_output, render)
+
+
+def _server_isolates_tasks() -> bool:
+    """Whether the server sandboxes local tasks: then a task runs in its own directory unless
+    a working directory is given (the current one is rarely under an allowed task root)."""
+    with connect() as client:
+        return client.health().task_isolation not in (None, "none")

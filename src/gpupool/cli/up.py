@@ -77,6 +77,14 @@ def up(
         typer.Option(help="Declare devices (4x80G) instead of this machine's GPUs."),
     ] = None,
     demo: Annotated[bool, typer.Option(help="Then run the founding-story demo.")] = False,
+    isolation: Annotated[
+        str,
+        typer.Option(
+            help="auto: tasks sandboxed (bubblewrap, one account per project) when run as root "
+            "with bwrap installed, else not, with a warning; bubblewrap: refuse to start "
+            "without; none. docs/security.md#tasks",
+        ),
+    ] = "auto",
     placement: Annotated[
         str,
         typer.Option(
@@ -99,7 +107,9 @@ def up(
         if taken is not None:
             fail(taken, code=1)
         spec, gpus = _gpu_choice(fake_gpus)
+        _say_isolation(isolation, data_dir)
         args = ["--executor", "local", "--stop-tasks-on-exit", "--cycle-interval", "0.5"]
+        args += ["--isolation", isolation]
         args += ["--placement", placement]
         if spec:
             args += ["--fake-gpus", spec]
@@ -142,6 +152,20 @@ def up(
     )
     if demo:
         run_demo()
+
+
+def _say_isolation(isolation: str, data_dir: Path) -> None:
+    """Say whether tasks will be isolated: loudly when they will not; fail for a bad choice."""
+    from gpupool.executors.isolation import choose_isolation
+
+    try:
+        chosen, warning = choose_isolation(isolation, data_dir)
+    except ValueError as error:
+        fail(str(error), code=2)
+    if warning is not None:
+        Console(stderr=True).print(warning, style="bold red", markup=False, highlight=False)
+    else:
+        stdout().print(f"Tasks are isolated ({chosen.mode}: one unprivileged account per project).")
 
 
 def _port_taken(port: int) -> str | None:

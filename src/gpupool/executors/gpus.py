@@ -523,7 +523,8 @@ def report_fake_gpu_usage(
     utilization_percent: int,
     pid: int | None = None,
 ) -> Path:
-    """Report, for `DeclaredBackend`, what process `pid` (default: this one) uses on `device`
+    """Report, for `DeclaredBackend`, what process `pid` (default: this one, or in an isolated
+    task its shim, `GPUPOOL_FAKE_GPU_REPORT_PID`) uses on `device`
     now; replaces its previous report. Written to a temporary file and renamed, so a reader
     never sees half a report. Returns the report's path."""
     for what, value in (("device", device), ("used_mib", used_mib)):
@@ -531,7 +532,8 @@ def report_fake_gpu_usage(
             raise ValueError(f"{what} must be a whole number >= 0 (got {value!r})")
     if not _natural(utilization_percent) or utilization_percent > 100:
         raise ValueError(f"utilization_percent must be 0 to 100 (got {utilization_percent!r})")
-    pid = os.getpid() if pid is None else pid
+    if pid is None:
+        pid = int(os.environ.get("GPUPOOL_FAKE_GPU_REPORT_PID") or os.getpid())
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     target = report_dir / f"{pid}.json"

@@ -8,6 +8,11 @@ again by pid and process start time (`/proc/PID/stat`), or reads how they ended.
 Stopping is SIGTERM to the group, the task's grace period, then SIGKILL; a task counts as
 running (its devices busy) until every process of its group is gone. A watchdog compares each
 task's GPU memory (from the GPU backend: NVML, or declared devices in tests) with its limit.
+
+How a task is kept from the server and other tasks is the `Isolation` it is given
+(`gpupool.executors.isolation`: bubblewrap as its project's account, or none); either way a
+task gets only its declared environment, gpupool's variables and the server's `PATH` and
+locale (`taskenv.inherited_environment`).
 """
 
 from __future__ import annotations
@@ -40,10 +45,11 @@ from gpupool.executors.base import (
     unacknowledged_exits,
 )
 from gpupool.executors.gpus import DeclaredBackend, GpuBackend
+from gpupool.executors.isolation import Isolation, NoIsolation
 from gpupool.executors.local_recovery import group_members as _group_members
 from gpupool.executors.local_recovery import live_task_groups
 from gpupool.executors.local_recovery import proc_stat as _proc_stat
-from gpupool.executors.taskenv import task_environment
+from gpupool.executors.taskenv import inherited_environment, task_environment
 
 __all__ = ["LocalExecutor", "live_task_groups", "local_node_name"]
 
@@ -88,8 +94,10 @@ class LocalExecutor:
         sample_interval_s: float = 5.0,
         python: str = sys.executable,
         report: Callable[[str], None] | None = None,
+        isolation: Isolation | None = None,
     ) -> None:
         self.name = "local"
+        self.isolation: Isolation = isolation or NoIsolation()
         self._gpus = gpus
         self._clock = clock
         self._node = node_name or local_node_name()
@@ -271,31 +279,44 @@ class LocalExecutor:
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         report_dir = self._gpus.report_dir if isinstance(self._gpus, DeclaredBackend) else None
         command = list(launch.command) or ["sh", "-c", "echo 'gpupool: no command given' >&2"]
-        # -I: the shim ignores the task's PYTHONPATH (and any sitecustomize on it).
-        args = [self._python, "-I", "-m", "gpupool.executors.shim", str(self.state_dir)]
-        args += [launch.launch_id, "--", *command]
+        isolation = self.isolation
         with run.log_path.open("ab") as log:
             try:
+                cwd = isolation.working_dir(launch, checkpoint_dir)
+                writable = [cwd, checkpoint_dir]
+                identity = isolation.prepare(launch, writable)
+                if report_dir is not None and isolation.mode != "none":
+                    report_dir.mkdir(parents=True, exist_ok=True)
+                    report_dir.chmod(0o1777)  # each task writes its own report (fake GPUs)
+                    writable.append(report_dir)
                 env = task_environment(
-                    dict(os.environ),
+                    inherited_environment(os.environ, isolated=isolation.mode != "none"),
                     launch,
                     checkpoint_dir=checkpoint_dir,
                     mps_active=self._gpus.mps_active(),
                     fake_gpu_report_dir=report_dir,
                     master_port=run.master_port,
                 )
+                env.update(identity)
+                env["GPUPOOL_ISOLATION"] = isolation.mode
+                if isolation.mode != "none":
+                    env["HOME"] = str(cwd)
+                # -I: the shim ignores the task's PYTHONPATH (and any sitecustomize on it).
+                args = [self._python, "-I", "-m", "gpupool.executors.shim", str(self.state_dir)]
+                args += [launch.launch_id, "--", *isolation.wrap(launch, command, writable, cwd)]
                 process = subprocess.Popen(
                     args,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=env,
-                    cwd=_working_dir(launch, checkpoint_dir),
+                    cwd=cwd,
                     start_new_session=True,
                 )
             except (OSError, ValueError, TypeError) as error:
-                # Not started, never will be (a NUL byte in the command, a missing program):
-                # the task ends as a failure with the reason, not as a stop to retry.
+                # Not started, never will be (a NUL byte in the command, a missing program, a
+                # working directory outside the task roots): the task ends as a failure with
+                # the reason, not as a stop to retry.
                 log.write(f"gpupool: cannot start the task: {error}\n".encode())
                 self._end(run, 127, f"cannot start: {error}", stopped=False)
                 return
@@ -550,12 +571,6 @@ class _CorruptJournalError(ValueError):
 
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def _working_dir(launch: Launch, fallback: Path) -> Path:
-    if launch.working_dir and Path(launch.working_dir).is_dir():
-        return Path(launch.working_dir)
-    return fallback
 
 
 def _memory_mib() -> int | None:

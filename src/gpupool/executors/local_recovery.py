@@ -26,6 +26,7 @@ from pathlib import Path
 
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.executors.base import Launch
+from gpupool.executors.isolation import unwrap
 
 
 def proc_stat(pid: int) -> tuple[int, int] | None:
@@ -228,7 +229,7 @@ def find(state_dir: Path, node: str, known: set[str]) -> list[Found]:
         env = _carries(pid, launch_id) if pid is not None else None
         if env is not None and pid is not None:
             args = _cmdline(pid)
-            command = args[args.index("--") + 1 :] if "--" in args else []
+            command = unwrap(args[args.index("--") + 1 :]) if "--" in args else []
             found.append(
                 Found(
                     launch_from_environment(launch_id, env, node, command),

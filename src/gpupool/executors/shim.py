@@ -41,8 +41,13 @@ def main(argv: list[str]) -> int:
     # A handler, not SIG_IGN: an ignored signal would stay ignored in the command after exec.
     signal.signal(signal.SIGTERM, note_stop)
     _write_atomically(state_dir / f"{launch_id}.pid", str(os.getpid()))
+    env = None
+    if os.environ.get("GPUPOOL_ISOLATION") == "bubblewrap":
+        # In its own PID namespace a task does not know its pid as the machine counts it:
+        # declared (fake) GPU usage is reported under the shim's, which leads its group.
+        env = {**os.environ, "GPUPOOL_FAKE_GPU_REPORT_PID": str(os.getpid())}
     try:
-        child = subprocess.Popen(command)
+        child = subprocess.Popen(command, env=env)
     except OSError as error:
         print(f"gpupool: cannot start {command[0]!r}: {error}", flush=True)
         code = 127

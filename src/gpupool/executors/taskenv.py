@@ -4,6 +4,7 @@ keep a fractional task within its share of a device."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from gpupool.core.model import MILLI_PER_GPU
@@ -56,6 +57,38 @@ def fraction_hints(fraction: float) -> dict[str, str]:
     }
 
 
+PASSED_THROUGH = (
+    "PATH",
+    "PYTHONPATH",
+    "LD_LIBRARY_PATH",
+    "VIRTUAL_ENV",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TERM",
+)
+"""The server's variables a task gets: where programs and libraries are found, and the locale;
+never the rest (tokens, database URLs and other secrets live there)."""
+PASSED_THROUGH_NOT_ISOLATED = ("HOME", "USER", "LOGNAME", "TMPDIR")
+"""And, where tasks run as the server's user anyway, who that is."""
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def inherited_environment(server_env: Mapping[str, str], isolated: bool) -> dict[str, str]:
+    """What a task gets of the server's environment `server_env`: `PASSED_THROUGH`, `LC_*`,
+    and without isolation `PASSED_THROUGH_NOT_ISOLATED`; a default `PATH` if it has none."""
+    names = PASSED_THROUGH if isolated else PASSED_THROUGH + PASSED_THROUGH_NOT_ISOLATED
+    env = {
+        name: value
+        for name, value in server_env.items()
+        if name in names or (name.startswith("LC_") and name.isupper())
+    }
+    env.setdefault("PATH", DEFAULT_PATH)
+    return env
+
+
 def task_environment(
     base: dict[str, str],
     launch: Launch,
@@ -64,7 +97,8 @@ def task_environment(
     fake_gpu_report_dir: Path | None = None,
     master_port: int | None = None,
 ) -> dict[str, str]:
-    """`base` (the server's environment) + the workload's own variables + gpupool's, which win.
+    """`base` (what it gets of the server's environment: `inherited_environment`) + the
+    workload's own variables + gpupool's, which win.
 
     - `CUDA_VISIBLE_DEVICES`: the task's devices, numbered as NVML and nvidia-smi number them
       (`CUDA_DEVICE_ORDER=PCI_BUS_ID`); a fractional task sees its one shared device.

@@ -19,6 +19,7 @@ from gpupool.api.schemas import ErrorDetail, ErrorOut, validation_error_out
 from gpupool.clock import Clock, SystemClock
 from gpupool.executors.base import Executor
 from gpupool.executors.gpus import open_backend
+from gpupool.executors.isolation import choose_isolation
 from gpupool.executors.kubernetes.dcgm import UtilizationSource
 from gpupool.executors.kubernetes.leader import LeaderElector
 from gpupool.executors.kubernetes.settings import KubeSettings
@@ -61,7 +62,17 @@ def default_executor(settings: ServerSettings, clock: Clock, announce: Announce)
                 f"gpupool: no NVIDIA GPU found ({note}); running with no GPUs: "
                 "use --fake-gpus 4x80G to declare some"
             )
-        return LocalExecutor(settings.data_dir, backend, clock, report=announce)
+        isolation, warning = choose_isolation(
+            settings.isolation,
+            settings.data_dir,
+            settings.task_roots,
+            settings.task_max_processes,
+        )
+        if warning is not None:
+            announce(warning)
+        return LocalExecutor(
+            settings.data_dir, backend, clock, report=announce, isolation=isolation
+        )
     if settings.executor == "kubernetes":
         from gpupool.executors.kubernetes.executor import (
             KubernetesExecutor,

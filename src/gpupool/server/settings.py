@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpupool.core.model import SchedulerSettings
+from gpupool.executors.isolation import DEFAULT_MAX_PROCESSES
 from gpupool.executors.kubernetes.settings import KubeSettings
 
 
@@ -35,6 +36,13 @@ class ServerSettings:
     """Nodes of the simulated executor (`NODESxGPUS[:MEMORY][:MODEL]`); None for none."""
     fake_gpus: str | None = None
     """Local executor: declared devices (`4x80G`) instead of the machine's (NVML)."""
+    isolation: str = "auto"
+    """Local executor: `bubblewrap` (each task sandboxed as its project's account), `none` (as
+    the server's user, with a warning) or `auto` (bubblewrap where it works)."""
+    task_roots: tuple[Path, ...] = ()
+    """Local executor, isolated: directories under which a workload's `working_dir` may lie."""
+    task_max_processes: int = DEFAULT_MAX_PROCESSES
+    """Local executor, isolated: processes one project's tasks may have at once."""
     stop_tasks_on_shutdown: bool = False
     """On a clean shutdown (SIGTERM, `gpupool down`) stop every task; a killed server leaves
     them running and adopts them when it starts again."""

@@ -14,8 +14,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpupool.clock import Clock
 from gpupool.executors.base import Executor
+from gpupool.executors.isolation import Isolation
+from gpupool.executors.local import LocalExecutor
 from gpupool.server.auth import Principal, TokenCache
 from gpupool.server.batcher import SubmitBatcher
+from gpupool.server.errors import ApiError
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.scheduler import SchedulingLoop
 from gpupool.server.services import web_sessions
@@ -46,6 +49,19 @@ class ServerState:
     def read(self) -> Iterator[Session]:
         with self.reader() as session, session.begin():
             yield session
+
+
+def task_isolation(executor: Executor) -> Isolation | None:
+    """How the local executor isolates tasks; None for other executors."""
+    return executor.isolation if isinstance(executor, LocalExecutor) else None
+
+
+def check_working_dir(executor: Executor, working_dir: str | None) -> None:
+    """422 when an isolating local executor would refuse `working_dir` at launch."""
+    isolation = task_isolation(executor)
+    problem = None if isolation is None else isolation.working_dir_problem(working_dir)
+    if problem is not None:
+        raise ApiError(422, problem, field="working_dir")
 
 
 async def get_state(request: Request) -> ServerState:

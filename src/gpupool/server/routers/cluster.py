@@ -24,16 +24,22 @@ from gpupool.api.schemas import (
 from gpupool.server import usage
 from gpupool.server.errors import ERROR_RESPONSES
 from gpupool.server.services import cluster, users
-from gpupool.server.state import Caller, State, get_principal
+from gpupool.server.state import Caller, State, get_principal, task_isolation
 
 router = APIRouter()
 api = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
 
 
 @router.get("/health", tags=["health"])
-def health() -> Health:
-    """Liveness; the only call without a token."""
-    return Health(status="ok", version=gpupool.__version__)
+def health(state: State) -> Health:
+    """Liveness; the only call without a token. Says whether local tasks are isolated (the CLI
+    then gives no default working directory)."""
+    isolation = task_isolation(state.executor)
+    return Health(
+        status="ok",
+        version=gpupool.__version__,
+        task_isolation=None if isolation is None else isolation.mode,
+    )
 
 
 @router.get("/metrics", tags=["metrics"], response_class=Response)

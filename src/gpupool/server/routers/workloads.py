@@ -25,7 +25,7 @@ from gpupool.server.errors import ERROR_RESPONSES, not_found
 from gpupool.server.services import dry_run as dry_runs
 from gpupool.server.services import workload_list, workloads
 from gpupool.server.services.workload_list import Filters, Order, SortKey
-from gpupool.server.state import Caller, State
+from gpupool.server.state import Caller, State, check_working_dir
 
 router = APIRouter(prefix="/api/v1", tags=["workloads"], responses=ERROR_RESPONSES)
 
@@ -35,6 +35,7 @@ MAX_LOG_CHUNK = 1 << 20
 @router.post("/workloads", status_code=201, response_model=WorkloadOut)
 async def submit(body: WorkloadIn, state: State, caller: Caller) -> Response:
     """Answered once the submission is committed (group commit with concurrent ones)."""
+    check_working_dir(state.executor, body.working_dir)
     out = await state.submitter.submit(body, caller)
     return Response(out.model_dump_json(), status_code=201, media_type="application/json")
 
@@ -42,6 +43,7 @@ async def submit(body: WorkloadIn, state: State, caller: Caller) -> Response:
 @router.post("/workloads/dry-run")
 def dry_run(body: WorkloadIn, state: State, caller: Caller) -> DryRunOut:
     """Where it would run now, or why it would wait; stores and starts nothing."""
+    check_working_dir(state.executor, body.working_dir)
     with state.read() as session:
         return dry_runs.dry_run(
             session, body, caller, state.clock.now_s(), state.settings.scheduler
