@@ -34,7 +34,7 @@ def _setup(tmp_path: Path) -> Session:
     )  # fmt: skip
     for name in ("a", "b"):
         body = ProjectIn.model_validate({"name": name, "quota": {"gpu": 1}})
-        projects.create(session, body, T0, {})
+        projects.create(session, body, T0, {}, "admin")
     for project, name, gpu, device in (("a", "half", 0.5, 0), ("b", "other-half", 0.5, 0)):
         body = WorkloadIn.model_validate({"name": name, "project": project, "gpu": gpu})
         out = workloads.submit(session, body, ADMIN, T0)

@@ -24,6 +24,7 @@ from gpupool.api.schemas import (
 from gpupool.core.decisions import ProjectShare
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.executors.base import DeviceInfo, NodeInventory
+from gpupool.server import eventlog
 from gpupool.server.auth import Principal
 from gpupool.server.db import (
     DeviceRow,
@@ -89,6 +90,20 @@ def register(session: Session, node: NodeInventory, executor: str, now_s: float)
             ],
         )
     return row
+
+
+def register_by(session: Session, body: NodeIn, now_s: float, actor: str) -> None:
+    """A node registered through the API by `actor` (an admin), in the audit log."""
+    inventory = inventory_of(body)
+    register(session, inventory, "api", now_s)
+    eventlog.add(
+        session,
+        now_s,
+        "node-registered",
+        f"{body.name} ({len(inventory.devices)} GPUs) by {actor}",
+        node=body.name,
+        actor=actor,
+    )
 
 
 @dataclass(frozen=True, slots=True)
