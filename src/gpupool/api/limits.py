@@ -110,6 +110,6 @@ def token_lifetime_s(value: int) -> int:
     if not TOKEN_LIFETIME_MIN_S <= value <= TOKEN_LIFETIME_MAX_S:
         raise ValueError(
             f"is {value} s: a token may live from {TOKEN_LIFETIME_MIN_S} s to 365 days "
-            f"({TOKEN_LIFETIME_MAX_S} s); leave expires_in_s out for a token that never expires"
+            f"({TOKEN_LIFETIME_MAX_S} s); leave the expiry out for a token that never expires"
         )
     return value

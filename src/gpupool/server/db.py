@@ -139,6 +139,7 @@ class WorkloadRow(Base):
         UniqueConstraint("project_id", "name"),
         Index("ix_workloads_status", "status"),
         Index("ix_workloads_external_key", "external_key"),
+        {"sqlite_autoincrement": True},  # ids never reused: events are keyed by them
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

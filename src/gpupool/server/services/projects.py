@@ -45,15 +45,12 @@ def get_row(session: Session, name: str, is_department: bool | None = None) -> P
 
 def _settings(row: ProjectRow) -> dict[str, str]:
     """What an admin sets on a project, as the audit log writes it."""
-    limit = (
-        {
-            "limit gpu": _milli(row.limit_gpu_milli),
-            "limit cpu": _milli(row.limit_cpu_milli),
-            "limit memory": _mib(row.limit_memory_mib),
-        }
-        if row.has_limit
-        else {"limit": "none"}
-    )
+    limited = row.has_limit
+    limit = {
+        "limit gpu": _milli(row.limit_gpu_milli if limited else None),
+        "limit cpu": _milli(row.limit_cpu_milli if limited else None),
+        "limit memory": _mib(row.limit_memory_mib if limited else None),
+    }
     return {
         "department": row.parent.name if row.parent is not None else "none",
         "quota gpu": _milli(row.quota_gpu_milli),
@@ -159,11 +156,8 @@ def update(
     session.flush()
     after = _settings(row)
     changed = [
-        f"{key} {before.get(key, 'none')} -> {value}"
-        for key, value in after.items()
-        if before.get(key) != value
+        f"{key} {before[key]} -> {value}" for key, value in after.items() if before[key] != value
     ]
-    changed += [f"{key} {value} -> none" for key, value in before.items() if key not in after]
     _audit(session, row, "updated", ", ".join(changed) or "nothing changed", now_s, actor)
     return view(session, row, shares, warnings=quota_warnings(session, row))
 

@@ -24,6 +24,7 @@ from gpupool.server import eventlog
 from gpupool.server.auth import Principal
 from gpupool.server.db import EventRow, ProjectRow, TaskRow, WorkloadRow
 from gpupool.server.errors import ApiError, conflict, invalid, not_found
+from gpupool.server.redact import Redact, redactor
 from gpupool.server.services.feasibility import ClusterNodes
 
 LIVE_TASK_STATES = (TaskState.STARTING.value, TaskState.RUNNING.value, TaskState.STOPPING.value)
@@ -218,7 +219,9 @@ def exit_code_of(tasks: Iterable[tuple[int, int | None]]) -> int | None:
     return next((code for code in codes if code != 0), 0)
 
 
-def detail(session: Session, row: WorkloadRow) -> WorkloadDetail:
+def detail(session: Session, row: WorkloadRow, who: Principal) -> WorkloadDetail:
+    """A workload with its tasks and events; other projects' workloads named in its reasons
+    are left unnamed for a researcher (`gpupool.server.redact`)."""
     tasks = session.scalars(
         select(TaskRow).where(TaskRow.workload_id == row.id).order_by(TaskRow.id)
     ).all()
@@ -231,12 +234,14 @@ def detail(session: Session, row: WorkloadRow) -> WorkloadDetail:
     ).all()
     running = sum(1 for task in tasks if task.state == TaskState.RUNNING.value)
     base = view(row, running)
+    hide = redactor(session, who)
+    base.pending_reason = hide(base.pending_reason)
     if row.status in FINISHED:
         base.exit_code = exit_code_of((task.task_index, task.exit_code) for task in tasks)
     return WorkloadDetail(
         **base.model_dump(),
         task_list=[task_view(task) for task in tasks],
-        events=[event_view(event) for event in reversed(events)],
+        events=[event_view(event, hide) for event in reversed(events)],
     )
 
 
@@ -319,7 +324,8 @@ def events(
     if workload is not None:
         query = query.where(EventRow.workload == workload)
     rows = session.scalars(query.order_by(EventRow.id).limit(limit)).all()
-    return [event_view(row) for row in rows]
+    hide = redactor(session, who)
+    return [event_view(row, hide) for row in rows]
 
 
 def gpu_milli_per_task(row: WorkloadRow) -> int | None:
@@ -382,7 +388,8 @@ def task_view(row: TaskRow) -> TaskOut:
     )
 
 
-def event_view(row: EventRow) -> EventOut:
+def event_view(row: EventRow, hide: Redact | None = None) -> EventOut:
+    message = hide(row.message) if hide is not None else row.message
     return EventOut(
         id=row.id,
         at=row.at,
@@ -393,5 +400,5 @@ def event_view(row: EventRow) -> EventOut:
         workload_id=row.workload_id,
         node=row.node,
         actor=row.actor,
-        message=row.message,
+        message=message or "",
     )

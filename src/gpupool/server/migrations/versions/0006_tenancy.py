@@ -1,5 +1,5 @@
 """tenancy: events keyed by project and workload id, with the acting user; token expiry;
-project ids never reused on SQLite
+project and workload ids never reused on SQLite
 
 Revision ID: 0006
 Revises: 0005
@@ -35,15 +35,23 @@ UPDATE events SET workload_id = (
 WHERE events.project_id IS NOT NULL AND events.workload IS NOT NULL
 """
 # SQLite gives the next row the largest id + 1, so deleting the newest project handed its id
-# to the next one (and with it the old one's history). AUTOINCREMENT never reuses an id; it
-# starts above every id the history and events already name.
-_HIGHEST_PROJECT_ID = """
+# to the next one (and with it the old one's history and events). AUTOINCREMENT never reuses
+# an id; it starts above every id the history and events already name.
+_HIGHEST_ID = {
+    "projects": """
 SELECT MAX(high) FROM (
     SELECT MAX(id) AS high FROM projects
     UNION ALL SELECT MAX(project_id) FROM history_project
     UNION ALL SELECT MAX(project_id) FROM events
 ) AS ids
-"""
+""",
+    "workloads": """
+SELECT MAX(high) FROM (
+    SELECT MAX(id) AS high FROM workloads
+    UNION ALL SELECT MAX(workload_id) FROM events
+) AS ids
+""",
+}
 
 
 def upgrade() -> None:
@@ -57,19 +65,21 @@ def upgrade() -> None:
     with op.batch_alter_table("tokens") as batch:
         batch.add_column(sa.Column("expires_at", sa.Float(), nullable=True))
     bind = op.get_bind()
-    if bind.dialect.name == "sqlite":
+    if bind.dialect.name != "sqlite":
+        return  # PostgreSQL's sequences never hand out an id twice
+    for table, highest in _HIGHEST_ID.items():
         # Rebuilt with foreign keys off (gpupool.server.migrate): dropping the old table must
-        # not cascade to memberships.
+        # not cascade (memberships, tasks).
         with op.batch_alter_table(
-            "projects", recreate="always", table_kwargs={"sqlite_autoincrement": True}
+            table, recreate="always", table_kwargs={"sqlite_autoincrement": True}
         ):
             pass
-        high = bind.execute(sa.text(_HIGHEST_PROJECT_ID)).scalar()
+        high = bind.execute(sa.text(highest)).scalar()
         if high is not None:
-            op.execute("DELETE FROM sqlite_sequence WHERE name = 'projects'")
+            bind.execute(sa.text("DELETE FROM sqlite_sequence WHERE name = :t"), {"t": table})
             bind.execute(
-                sa.text("INSERT INTO sqlite_sequence (name, seq) VALUES ('projects', :high)"),
-                {"high": int(high)},
+                sa.text("INSERT INTO sqlite_sequence (name, seq) VALUES (:t, :high)"),
+                {"t": table, "high": int(high)},
             )
 
 
