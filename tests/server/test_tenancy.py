@@ -398,3 +398,43 @@ def test_migration_keys_old_events_by_id(tmp_path: Path, request: pytest.Fixture
         new_id = connection.execute(text("SELECT id FROM projects WHERE name = 'new'")).scalar()
         assert new_id == 10  # above the history's project 9, not 4
     engine.dispose()
+
+
+def test_reasons_name_no_workload_of_another_project(server: Server) -> None:
+    """A reclaim: the reclaimer's start names its victims, the victim's eviction names the
+    reclaimer. Each project's researcher reads the other's workload as 'a workload of project
+    P'; the admin reads the names."""
+    server.ok("POST", "/api/v1/projects", {"name": "mine", "quota": {"gpu": 4}})
+    server.ok("POST", "/api/v1/projects", {"name": "theirs", "quota": {"gpu": 0}})
+    rita = server.client(server.researcher("rita", ["mine"]))
+    tom = server.client(server.researcher("tom", ["theirs"]))
+    victim = {"name": "their-job", "project": "theirs", "gpu": 4, "duration_s": 3600}
+    assert tom.post("/api/v1/workloads", json=victim).status_code == 201
+    wait_for(lambda: _status(server, "theirs", "their-job") == "running")
+    reclaimer = {"name": "my-job", "project": "mine", "gpu": 4, "duration_s": 3600}
+    assert rita.post("/api/v1/workloads", json=reclaimer).status_code == 201
+
+    def started() -> bool:
+        server.clock.advance(10)  # the victim's grace period passes on the server's clock
+        server.app.state.gpupool.loop.wake()
+        return _status(server, "mine", "my-job") == "running"
+
+    wait_for(started, what="the reclaim")
+    admin_log = server.admin.get("/api/v1/events").text
+    assert "theirs/their-job" in admin_log and "mine/my-job" in admin_log
+    for client, own, other, hidden in (
+        (rita, "mine/my-job", "their-job", "theirs"),
+        (tom, "theirs/their-job", "my-job", "mine"),
+    ):
+        detail = client.get(f"/api/v1/workloads/{own}").json()
+        texts = [e["message"] for e in client.get("/api/v1/events").json()]
+        texts += [e["message"] for e in detail["events"]] + [detail["pending_reason"] or ""]
+        texts += [
+            w["pending_reason"] or "" for w in client.get("/api/v1/workloads").json()["items"]
+        ]
+        assert not any(other in text for text in texts), texts
+        assert any(f"a workload of project {hidden}" in text for text in texts), texts
+
+
+def _status(server: Server, project: str, name: str) -> str:
+    return str(server.ok("GET", f"/api/v1/workloads/{project}/{name}")["status"])
