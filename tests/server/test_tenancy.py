@@ -6,7 +6,7 @@ usage. The migration that carries old events over: `test_migration_keys_old_even
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,17 @@ class Server:
         issued = self.ok("POST", f"/api/v1/users/{name}/tokens", token)
         return str(issued["token"])
 
+    def wait(self, check: Callable[[], bool], what: str) -> None:
+        """Until `check()`, moving the server's clock on (a stopped task's grace period) and
+        waking its loop (it runs when woken: the interval is an hour)."""
+
+        def moved_on() -> bool:
+            self.clock.advance(10)
+            self.app.state.gpupool.loop.wake()
+            return check()
+
+        wait_for(moved_on, what=what)
+
     def events(self, client: TestClient | None = None, **params: object) -> list[dict[str, Any]]:
         response = (client or self.admin).get("/api/v1/events", params=params)
         assert response.status_code == 200, response.text
@@ -74,7 +85,7 @@ def test_a_project_created_again_sees_none_of_the_old_ones_events(server: Server
     job = {"name": "w", "project": "p", "gpu": 0.5, "duration_s": 3600}
     assert rita.post("/api/v1/workloads", json=job).status_code == 201
     assert rita.delete("/api/v1/workloads/p/w").status_code == 200
-    wait_for(
+    server.wait(
         lambda: any(e["kind"] == "deleted" for e in server.events(rita)),
         what="the loop to remove the deleted workload",
     )
@@ -103,8 +114,8 @@ def test_a_workloads_events_are_its_own_not_an_earlier_ones_of_its_name(server: 
     job = {"name": "w", "project": "p", "gpu": 0.5, "duration_s": 3600}
     first = server.ok("POST", "/api/v1/workloads", job)
     server.ok("DELETE", "/api/v1/workloads/p/w")
-    wait_for(lambda: server.admin.get("/api/v1/workloads/p/w").status_code == 404)
-    second = server.ok("POST", "/api/v1/workloads", job)  # at the same instant: ids decide
+    server.wait(lambda: server.admin.get("/api/v1/workloads/p/w").status_code == 404, "gone")
+    second = server.ok("POST", "/api/v1/workloads", job)
     assert second["id"] != first["id"]  # the deleted one had the highest id: not reused
     detail = server.ok("GET", "/api/v1/workloads/p/w")
     assert [(e["kind"], e["workload_id"]) for e in detail["events"]] == [
@@ -355,6 +366,11 @@ def test_migration_keys_old_events_by_id(tmp_path: Path, request: pytest.Fixture
             "INSERT INTO history_project (resolution_s, bucket_s, project_id, samples,"
             " allocated_milli_sum, utilized_milli_sum, utilized_samples, requested_milli_sum)"
             " VALUES (60, 60, 9, 1, 0, 0, 0, 0)",
+            # Usage of the minutes before (an earlier p) and in which (this p) p was created.
+            "INSERT INTO usage (id, bucket_s, node, device_index, project, workload, samples,"
+            " allocated_milli_sum, utilized_milli_sum, memory_used_max_mib)"
+            " VALUES (1, 0, 'n', 0, 'p', 'w', 1, 0, 0, 0), (2, 60, 'n', 0, 'p', 'w', 1, 0, 0, 0),"
+            " (3, 60, 'n', 0, '', '', 1, 0, 0, 0)",
         ):
             connection.execute(text(statement))
         for event_id, at, project, workload in [
@@ -385,6 +401,8 @@ def test_migration_keys_old_events_by_id(tmp_path: Path, request: pytest.Fixture
             (5, None, None),
             (6, None, None),
         ]
+        usage = connection.execute(text("SELECT id, project_id FROM usage ORDER BY id")).all()
+        assert [tuple(row) for row in usage] == [(1, None), (2, 3), (3, None)]
         assert connection.execute(text("SELECT user_id, project_id FROM memberships")).all() == [
             (1, 3)
         ]
@@ -414,12 +432,7 @@ def test_reasons_name_no_workload_of_another_project(server: Server) -> None:
     reclaimer = {"name": "my-job", "project": "mine", "gpu": 4, "duration_s": 3600}
     assert rita.post("/api/v1/workloads", json=reclaimer).status_code == 201
 
-    def started() -> bool:
-        server.clock.advance(10)  # the victim's grace period passes on the server's clock
-        server.app.state.gpupool.loop.wake()
-        return _status(server, "mine", "my-job") == "running"
-
-    wait_for(started, what="the reclaim")
+    server.wait(lambda: _status(server, "mine", "my-job") == "running", what="the reclaim")
     admin_log = server.admin.get("/api/v1/events").text
     assert "theirs/their-job" in admin_log and "mine/my-job" in admin_log
     for client, own, other, hidden in (

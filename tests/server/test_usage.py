@@ -64,7 +64,8 @@ def test_device_use_is_attributed_to_the_workloads_by_their_share(tmp_path: Path
     by_project = {p.key: p for p in usage.report(session, "project", T0, 60, None).summary}
     assert by_project["a"].allocated_gpu_milli == 500
     assert by_project["a"].utilized_gpu_milli == 300
-    only_a = usage.report(session, "workload", T0, 60, frozenset({"a"}))
+    a_id = projects.get_row(session, "a").id
+    only_a = usage.report(session, "workload", T0, 60, [a_id])
     assert [p.key for p in only_a.summary] == ["a/half"]
 
 

@@ -257,6 +257,8 @@ class UsageRow(Base):
     device_index: Mapped[int] = mapped_column(Integer)
     project: Mapped[str] = mapped_column(String(63))
     workload: Mapped[str] = mapped_column(String(63))
+    project_id: Mapped[int | None] = mapped_column(Integer)
+    """The project (None on a device's own row): what a researcher's report is filtered by."""
     samples: Mapped[int] = mapped_column(Integer)
     allocated_milli_sum: Mapped[int] = mapped_column(Integer)
     """Sum over samples of the milli-GPU allocated (divide by `samples` for the average)."""

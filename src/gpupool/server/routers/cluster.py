@@ -107,7 +107,7 @@ def usage_report(
 ) -> UsageOut:
     """Allocated vs utilized GPU over time (per-minute samples averaged into buckets)."""
     since = state.clock.now_s() - minutes * 60
-    visible = None if caller.is_admin else caller.project_names
+    visible = None if caller.is_admin else list(caller.project_ids.values())
     with state.read() as session:
         return usage.report(session, by, since, bucket_s, visible)
 

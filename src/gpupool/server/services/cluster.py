@@ -116,6 +116,7 @@ class Charge:
     workload: str
     milli: int
     """Milli-GPU on this device (1000 for a whole device)."""
+    project_id: int | None = None
 
 
 def charges(session: Session, states: tuple[str, ...] = _HOLDING) -> list[Charge]:
@@ -130,6 +131,7 @@ def charges(session: Session, states: tuple[str, ...] = _HOLDING) -> list[Charge
             WorkloadRow.gpu_amount,
             ProjectRow.name,
             NodeRow.gpu_memory_mib,
+            ProjectRow.id,
         )
         .join(WorkloadRow, WorkloadRow.id == TaskRow.workload_id)
         .join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
@@ -143,8 +145,9 @@ def charges(session: Session, states: tuple[str, ...] = _HOLDING) -> list[Charge
             project,
             workload,
             min(MILLI_PER_GPU, gpu_request(kind, amount, None).milli_on(memory_mib)),
+            project_id,
         )
-        for node, devices, burst, workload, kind, amount, project, memory_mib in rows
+        for node, devices, burst, workload, kind, amount, project, memory_mib, project_id in rows
         for device in physical_devices(devices, burst)
     ]
 

@@ -1,5 +1,5 @@
-"""tenancy: events keyed by project and workload id, with the acting user; token expiry;
-project and workload ids never reused on SQLite
+"""tenancy: events (and usage rows) keyed by project and workload id, with the acting user;
+token expiry; project and workload ids never reused on SQLite
 
 Revision ID: 0006
 Revises: 0005
@@ -34,6 +34,14 @@ UPDATE events SET workload_id = (
 )
 WHERE events.project_id IS NOT NULL AND events.workload IS NOT NULL
 """
+# The same for the per-minute usage rows (a project created within the row's minute counts).
+_USAGE_PROJECT_IDS = """
+UPDATE usage SET project_id = (
+    SELECT projects.id FROM projects
+    WHERE projects.name = usage.project AND projects.created_at < usage.bucket_s + 60
+)
+WHERE usage.project != ''
+"""
 # SQLite gives the next row the largest id + 1, so deleting the newest project handed its id
 # to the next one (and with it the old one's history and events). AUTOINCREMENT never reuses
 # an id; it starts above every id the history and events already name.
@@ -62,6 +70,9 @@ def upgrade() -> None:
     op.create_index("ix_events_project_id", "events", ["project_id", "id"], unique=False)
     op.execute(_PROJECT_IDS)
     op.execute(_WORKLOAD_IDS)
+    with op.batch_alter_table("usage") as batch:
+        batch.add_column(sa.Column("project_id", sa.Integer(), nullable=True))
+    op.execute(_USAGE_PROJECT_IDS)
     with op.batch_alter_table("tokens") as batch:
         batch.add_column(sa.Column("expires_at", sa.Float(), nullable=True))
     bind = op.get_bind()
@@ -86,6 +97,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("tokens") as batch:
         batch.drop_column("expires_at")
+    with op.batch_alter_table("usage") as batch:
+        batch.drop_column("project_id")
     op.drop_index("ix_events_project_id", table_name="events")
     with op.batch_alter_table("events") as batch:
         batch.drop_column("actor")
