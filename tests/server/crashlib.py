@@ -436,7 +436,7 @@ class LoopHarness:
     def project(self, name: str, quota_gpu: int) -> None:
         body = ProjectIn.model_validate({"name": name, "quota": {"gpu": quota_gpu}})
         with self.writer.begin() as session:
-            projects.create(session, body, self.clock.now_s(), {})
+            projects.create(session, body, self.clock.now_s(), {}, "admin")
 
     def submit(self, project: str, name: str, **fields: object) -> None:
         body = WorkloadIn.model_validate({"name": name, "project": project, **fields})

@@ -27,10 +27,16 @@ def session_with_project(tmp_path: Path) -> Session:
     writer, _ = make_sessionmakers(engine)
     session = writer()
     projects.create(
-        session, ProjectIn.model_validate({"name": "team", "quota": {"gpu": 4}}), T0, {}
+        session, ProjectIn.model_validate({"name": "team", "quota": {"gpu": 4}}), T0, {}, "admin"
     )
     session.flush()
     return session
+
+
+def workload_events(session: Session) -> list[EventRow]:
+    """The log less the project's creation (audited): what the pods' workloads did."""
+    query = select(EventRow).where(EventRow.workload.is_not(None)).order_by(EventRow.id)
+    return list(session.scalars(query))
 
 
 def pod(name: str, **fields: object) -> ExternalPod:
@@ -107,8 +113,12 @@ def test_pods_that_go_take_their_pending_workload_with_them(tmp_path: Path) -> N
     external.sync(session, [pod("short-lived")], T0)
     external.sync(session, [], T0 + 1)
     assert "short-lived" not in rows(session)
-    kinds = [e.kind for e in session.scalars(select(EventRow).order_by(EventRow.id))]
-    assert kinds == ["submitted", "deleted"]
+    events = workload_events(session)
+    assert [e.kind for e in events] == ["submitted", "deleted"]
+    # Keyed by ids: the project's (what researchers' reads filter on) and the workload's.
+    (project_id,) = {e.project_id for e in events}
+    assert project_id is not None and project_id == projects.get_row(session, "team").id
+    assert events[0].workload_id is not None and events[0].workload_id == events[1].workload_id
 
 
 def test_a_bad_pod_fails_once_and_says_why(tmp_path: Path) -> None:
@@ -119,7 +129,7 @@ def test_a_bad_pod_fails_once_and_says_why(tmp_path: Path) -> None:
     external.sync(session, [bad], T0 + 2)
     (row,) = rows(session).values()
     assert row.status == "failed"
-    events = [e.message for e in session.scalars(select(EventRow))]
+    events = [e.message for e in workload_events(session)]
     assert len(events) == 1 and "gpu-fraction" in events[0]
 
 
@@ -129,7 +139,7 @@ def test_a_group_of_unequal_pods_is_refused_with_the_fix(tmp_path: Path) -> None
     external.sync(session, pods, T0)
     (row,) = rows(session).values()
     assert row.status == "failed"
-    (event,) = session.scalars(select(EventRow))
+    (event,) = workload_events(session)
     assert "do not ask for the same resources" in event.message
 
 

@@ -218,7 +218,7 @@ class Cluster:
     def project(self, name: str, quota_gpu: float) -> None:
         with self.writer.begin() as session:
             body = ProjectIn.model_validate({"name": name, "quota": {"gpu": quota_gpu}})
-            projects.create(session, body, self.clock.now_s(), {})
+            projects.create(session, body, self.clock.now_s(), {}, "admin")
 
     def submit(self, project: str, name: str, **fields: object) -> None:
         with self.writer.begin() as session:

@@ -54,7 +54,7 @@ class Harness:
     def project(self, name: str, quota_gpu: int) -> None:
         with self.writer.begin() as session:
             body = ProjectIn(name=name, quota={"gpu": quota_gpu})  # type: ignore[arg-type]
-            projects.create(session, body, self.clock.now_s(), {})
+            projects.create(session, body, self.clock.now_s(), {}, "admin")
 
     def submit(self, project: str, name: str, **fields: object) -> None:
         with self.writer.begin() as session:

@@ -34,7 +34,7 @@ def _setup(tmp_path: Path) -> Session:
     )  # fmt: skip
     for name in ("a", "b"):
         body = ProjectIn.model_validate({"name": name, "quota": {"gpu": 1}})
-        projects.create(session, body, T0, {})
+        projects.create(session, body, T0, {}, "admin")
     for project, name, gpu, device in (("a", "half", 0.5, 0), ("b", "other-half", 0.5, 0)):
         body = WorkloadIn.model_validate({"name": name, "project": project, "gpu": gpu})
         out = workloads.submit(session, body, ADMIN, T0)
@@ -64,7 +64,8 @@ def test_device_use_is_attributed_to_the_workloads_by_their_share(tmp_path: Path
     by_project = {p.key: p for p in usage.report(session, "project", T0, 60, None).summary}
     assert by_project["a"].allocated_gpu_milli == 500
     assert by_project["a"].utilized_gpu_milli == 300
-    only_a = usage.report(session, "workload", T0, 60, frozenset({"a"}))
+    a_id = projects.get_row(session, "a").id
+    only_a = usage.report(session, "workload", T0, 60, [a_id])
     assert [p.key for p in only_a.summary] == ["a/half"]
 
 

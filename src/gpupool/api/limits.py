@@ -36,6 +36,10 @@ MODEL_MAX = 128
 """A GPU model or device UUID."""
 TOKEN_LABEL_MAX = 100
 TOKEN_MAX = 200
+TOKEN_LIFETIME_MIN_S = 60
+TOKEN_LIFETIME_MAX_S = 365 * 24 * 3600
+"""A token given an expiry lives at least a minute and at most a year (leave the expiry out
+for one that never expires)."""
 NAME_LIST_MAX = 1000
 """Projects given in one request (a user's projects)."""
 DEVICES_MAX = 1024
@@ -97,5 +101,15 @@ def quantity_text(value: object) -> object:
         raise ValueError(
             f"is {len(value)} characters long, above the limit of {QUANTITY_MAX}: write an "
             "amount like 1, 0.5, 8G or 512M"
+        )
+    return value
+
+
+def token_lifetime_s(value: int) -> int:
+    """A token's `expires_in_s` within the limits, else the limits and the fix."""
+    if not TOKEN_LIFETIME_MIN_S <= value <= TOKEN_LIFETIME_MAX_S:
+        raise ValueError(
+            f"is {value} s: a token may live from {TOKEN_LIFETIME_MIN_S} s to 365 days "
+            f"({TOKEN_LIFETIME_MAX_S} s); leave the expiry out for a token that never expires"
         )
     return value

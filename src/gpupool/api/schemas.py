@@ -12,6 +12,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -420,6 +421,12 @@ class EventOut(_Out):
     workload: str | None
     node: str | None
     message: str
+    project_id: int | None = None
+    """The project (or department) it is about, by id: a project deleted and created again
+    under the same name has a new id."""
+    workload_id: int | None = None
+    actor: str | None = None
+    """The user who did it; None: the scheduler or an executor."""
 
 
 class TaskPlacement(_Out):
@@ -502,8 +509,23 @@ class UserOut(_Out):
     projects: list[str]
 
 
+TokenLifetime = Annotated[
+    int,
+    AfterValidator(limits.token_lifetime_s),
+    WithJsonSchema(
+        {
+            "type": "integer",
+            "minimum": limits.TOKEN_LIFETIME_MIN_S,
+            "maximum": limits.TOKEN_LIFETIME_MAX_S,
+        }
+    ),
+]
+
+
 class TokenIn(_In):
     label: TokenLabel = "cli"
+    expires_in_s: TokenLifetime | None = None
+    """Seconds from now until the token stops working; None: it never expires."""
 
 
 class TokenOut(_Out):
@@ -513,6 +535,8 @@ class TokenOut(_Out):
     role: Role
     id: int | None = None
     """What `DELETE /api/v1/tokens/{id}` revokes it by."""
+    expires_at: float | None = None
+    """When it stops working (epoch seconds); None: never."""
 
 
 class TokenInfo(_Out):
@@ -523,6 +547,8 @@ class TokenInfo(_Out):
     user: str
     label: str
     created_at: float
+    expires_at: float | None = None
+    """When it stops working (epoch seconds); None: never."""
 
 
 class ProjectsIn(_In):

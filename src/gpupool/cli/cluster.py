@@ -916,6 +916,9 @@ def register(app: typer.Typer) -> None:
     from gpupool.cli.usage import usage  # it builds on this module's helpers
 
     app.command("usage", rich_help_panel=panel)(usage)
+    from gpupool.cli.events import events
+
+    app.command("events", rich_help_panel=panel)(events)
     admin = "Cluster admin"
     app.add_typer(project_app, name="project", rich_help_panel=admin)
     app.add_typer(department_app, name="department", rich_help_panel=admin)

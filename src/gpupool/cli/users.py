@@ -11,7 +11,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpupool.api.enums import Role
-from gpupool.cli.cluster import JsonOption, age, clock, connect, handled, show, stdout, table
+from gpupool.cli.cluster import (
+    JsonOption,
+    age,
+    clock,
+    connect,
+    fail,
+    handled,
+    show,
+    stdout,
+    table,
+)
 
 if TYPE_CHECKING:
     from gpupool.api.schemas import TokenInfo, UserOut
@@ -25,6 +35,31 @@ user_app = typer.Typer(
 token_app = typer.Typer(help="List and revoke API tokens (admin).", no_args_is_help=True)
 
 UserName = Annotated[str, typer.Argument(help="User name.")]
+ExpiresIn = Annotated[
+    str | None,
+    typer.Option(
+        "--expires-in",
+        metavar="DURATION",
+        help="The token stops working after this long: 12h, 30d, 1w (at most 365d; "
+        "default: never).",
+    ),
+]
+
+
+def expires_in_s(text: str | None) -> int | None:
+    """`30d` -> seconds, checked against the server's limits before anything is sent."""
+    if text is None:
+        return None
+    from gpupool.api.limits import token_lifetime_s
+    from gpupool.cli.usage import parse_duration_s
+
+    try:
+        return token_lifetime_s(round(parse_duration_s(text, "--expires-in")))
+    except ValueError as error:
+        message = str(error)
+        fail(message if message.startswith("--expires-in") else f"--expires-in {text} {message}")
+
+
 UserProjects = Annotated[
     list[str] | None, typer.Option("--project", "-p", metavar="NAME", help="Repeatable.")
 ]
@@ -42,16 +77,18 @@ def user_create(
     name: UserName,
     role: Annotated[Role, typer.Option(help="researcher or admin.")] = Role.RESEARCHER,
     project: UserProjects = None,
+    expires_in: ExpiresIn = None,
     json_output: JsonOption = False,
 ) -> None:
     """Create a user and print a new token for them (shown once)."""
     from gpupool.api import schemas
 
+    lifetime_s = expires_in_s(expires_in)
     with handled():
         spec = schemas.UserIn(name=name, role=schemas.Role(role), projects=project or [])
     with connect() as client:
         user = client.create_user(spec)
-        token = client.create_token(user.name)
+        token = client.create_token(user.name, expires_in_s=lifetime_s)
         server = client.base_url
     if json_output:
         body = {"user": user.model_dump(mode="json"), "token": token.model_dump(mode="json")}
@@ -74,15 +111,18 @@ def user_delete(name: UserName) -> None:
 def user_token(
     name: UserName,
     label: Annotated[str, typer.Option(help="What the token is for.")] = "cli",
+    expires_in: ExpiresIn = None,
     json_output: JsonOption = False,
 ) -> None:
     """Issue a new token for a user (shown once; `gpupool token revoke ID` withdraws it)."""
+    lifetime_s = expires_in_s(expires_in)
     with connect() as client:
-        token = client.create_token(name, label)
+        token = client.create_token(name, label, expires_in_s=lifetime_s)
+    until = "" if token.expires_at is None else f", expires {clock(token.expires_at)}"
     show(
         token,
         json_output,
-        lambda: f"token {token.id} for {token.user} (shown once): {token.token}",
+        lambda: f"token {token.id} for {token.user}{until} (shown once): {token.token}",
     )
 
 
@@ -97,9 +137,12 @@ def user_set_projects(
 
 
 def _token_table(tokens: Sequence[TokenInfo]) -> Table:
-    rows = table("ID>", "USER", "LABEL", "ISSUED", "AGE>")
+    rows = table("ID>", "USER", "LABEL", "ISSUED", "AGE>", "EXPIRES")
     for t in tokens:
-        rows.add_row(str(t.id), t.user, escape(t.label), clock(t.created_at), age(t.created_at))
+        expires = "never" if t.expires_at is None else clock(t.expires_at)
+        rows.add_row(
+            str(t.id), t.user, escape(t.label), clock(t.created_at), age(t.created_at), expires
+        )
     return rows
 
 
@@ -110,7 +153,8 @@ def token_list(
     ] = None,
     json_output: JsonOption = False,
 ) -> None:
-    """List API tokens: id, user, label and when issued (never the token itself)."""
+    """List API tokens: id, user, label, when issued and when they expire (never the token
+    itself)."""
     with connect() as client:
         tokens = client.tokens(user)
     show(tokens, json_output, lambda: _token_table(tokens))

@@ -574,8 +574,12 @@ class GpupoolClient:
         body = _body(ProjectsIn(projects=projects))
         return self._one(UserOut, self._request("PUT", path, json=body))
 
-    def create_token(self, name: str, label: str = "cli") -> TokenOut:
-        return self._post(TokenOut, f"/api/v1/users/{_segment(name)}/tokens", TokenIn(label=label))
+    def create_token(
+        self, name: str, label: str = "cli", expires_in_s: int | None = None
+    ) -> TokenOut:
+        """A new token for `name` (shown once), expiring after `expires_in_s` (None: never)."""
+        body = TokenIn(label=label, expires_in_s=expires_in_s)
+        return self._post(TokenOut, f"/api/v1/users/{_segment(name)}/tokens", body)
 
     def delete_user(self, name: str) -> None:
         self._request("DELETE", f"/api/v1/users/{_segment(name)}")

@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import secrets
 import threading
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -38,6 +40,9 @@ class Principal:
     name: str
     role: Role
     project_names: frozenset[str]
+    project_ids: Mapping[str, int] = field(default_factory=dict)
+    """Name -> id of the projects they belong to: what the event log is filtered by (an
+    earlier project of the same name has another id)."""
 
     @property
     def is_admin(self) -> bool:
@@ -58,28 +63,61 @@ class Principal:
             )
 
 
+def principal_of(session: Session, user: UserRow) -> Principal:
+    """The principal of `user` with their projects as they are now."""
+    projects = dict(
+        session.execute(
+            select(ProjectRow.name, ProjectRow.id)
+            .join(MembershipRow, MembershipRow.project_id == ProjectRow.id)
+            .where(MembershipRow.user_id == user.id)
+        ).all()
+    )
+    return Principal(user.id, user.name, Role(user.role), frozenset(projects), projects)
+
+
+def utc_text(at_s: float) -> str:
+    """`2026-11-26 12:00 UTC`: how an expiry is written in messages."""
+    return datetime.fromtimestamp(at_s, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def expired(token_id: int, expires_at: float) -> ApiError:
+    return ApiError(
+        401,
+        f"token {token_id} expired at {utc_text(expires_at)}: ask an admin for a new one "
+        "(gpupool user token NAME --expires-in 30d), then log in with it (gpupool login "
+        "--server URL --token TOKEN)",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    principal: Principal
+    token_id: int
+    expires_at: float | None
+
+
 class TokenCache:
     """Token digest -> principal, so a burst of requests does not re-read users per call.
 
-    Cleared whenever users, tokens or memberships change (one server process owns them).
+    Cleared whenever users, tokens or memberships change (one server process owns them). A
+    cached token's expiry is checked on every request, against the server's clock.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_digest: dict[str, Principal] = {}
+        self._by_digest: dict[str, _Known] = {}
 
     def clear(self) -> None:
         with self._lock:
             self._by_digest.clear()
 
-    def cached(self, token: str | None) -> Principal | None:
-        """The principal of a token seen before, without touching the database."""
-        if not token:
-            return None
-        with self._lock:
-            return self._by_digest.get(token_digest(token))
+    def authenticate(self, session: Session, token: str | None, now_s: float) -> Principal:
+        return self.authenticate_until(session, token, now_s)[0]
 
-    def authenticate(self, session: Session, token: str | None) -> Principal:
+    def authenticate_until(
+        self, session: Session, token: str | None, now_s: float
+    ) -> tuple[Principal, float | None]:
+        """The caller and when their token expires (None: never); 401 if it has."""
         if not token:
             raise ApiError(
                 401,
@@ -89,21 +127,18 @@ class TokenCache:
         digest = token_digest(token)
         with self._lock:
             known = self._by_digest.get(digest)
-        if known is not None:
-            return known
-        user = session.execute(
-            select(UserRow)
-            .join(TokenRow, TokenRow.user_id == UserRow.id)
-            .where(TokenRow.token_sha256 == digest)
-        ).scalar_one_or_none()
-        if user is None:
-            raise ApiError(401, "token not recognised: log in again with a valid token")
-        projects = session.scalars(
-            select(ProjectRow.name)
-            .join(MembershipRow, MembershipRow.project_id == ProjectRow.id)
-            .where(MembershipRow.user_id == user.id)
-        ).all()
-        principal = Principal(user.id, user.name, Role(user.role), frozenset(projects))
-        with self._lock:
-            self._by_digest[digest] = principal
-        return principal
+        if known is None:
+            found = session.execute(
+                select(UserRow, TokenRow.id, TokenRow.expires_at)
+                .join(TokenRow, TokenRow.user_id == UserRow.id)
+                .where(TokenRow.token_sha256 == digest)
+            ).one_or_none()
+            if found is None:
+                raise ApiError(401, "token not recognised: log in again with a valid token")
+            user, token_id, expires_at = found
+            known = _Known(principal_of(session, user), token_id, expires_at)
+            with self._lock:
+                self._by_digest[digest] = known
+        if known.expires_at is not None and now_s >= known.expires_at:
+            raise expired(known.token_id, known.expires_at)
+        return known.principal, known.expires_at

@@ -56,6 +56,8 @@ class TokenRow(Base):
     token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
     label: Mapped[str] = mapped_column(String(100))
     created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float | None] = mapped_column(Float)
+    """None: never expires."""
 
 
 class MembershipRow(Base):
@@ -73,6 +75,10 @@ class ProjectRow(Base):
     """A project, or a department (`is_department`) that projects name as their parent."""
 
     __tablename__ = "projects"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+    """Ids are never reused (SQLite would give a deleted last row's id to the next row):
+    events and history are keyed by project id, and a project created again under an old name
+    must not inherit them."""
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(63), unique=True)
@@ -133,6 +139,7 @@ class WorkloadRow(Base):
         UniqueConstraint("project_id", "name"),
         Index("ix_workloads_status", "status"),
         Index("ix_workloads_external_key", "external_key"),
+        {"sqlite_autoincrement": True},  # ids never reused: events are keyed by them
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -206,16 +213,27 @@ class TaskRow(Base):
 
 
 class EventRow(Base):
-    """The decision and event log. Names, not foreign keys: it outlives deleted workloads."""
+    """The decision, event and audit log. Ids without foreign keys: it outlives deleted
+    projects and workloads. Who may read an event goes by `project_id` (project ids are never
+    reused); the names say what it was called then."""
 
     __tablename__ = "events"
-    __table_args__ = (Index("ix_events_workload", "project", "workload"),)
+    __table_args__ = (
+        Index("ix_events_workload", "project", "workload"),
+        Index("ix_events_project_id", "project_id", "id"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     at: Mapped[float] = mapped_column(Float)
     kind: Mapped[str] = mapped_column(String(32))
     project: Mapped[str | None] = mapped_column(String(63))
+    project_id: Mapped[int | None] = mapped_column(Integer)
+    """The project (or department) it is about; None: about none, or from before ids were
+    recorded for a project since deleted (then only admins see it)."""
     workload: Mapped[str | None] = mapped_column(String(63))
+    workload_id: Mapped[int | None] = mapped_column(Integer)
+    actor: Mapped[str | None] = mapped_column(String(63))
+    """The user who did it (None: the scheduler or an executor)."""
     node: Mapped[str | None] = mapped_column(String(63))
     message: Mapped[str] = mapped_column(Text)
 
@@ -239,6 +257,8 @@ class UsageRow(Base):
     device_index: Mapped[int] = mapped_column(Integer)
     project: Mapped[str] = mapped_column(String(63))
     workload: Mapped[str] = mapped_column(String(63))
+    project_id: Mapped[int | None] = mapped_column(Integer)
+    """The project (None on a device's own row): what a researcher's report is filtered by."""
     samples: Mapped[int] = mapped_column(Integer)
     allocated_milli_sum: Mapped[int] = mapped_column(Integer)
     """Sum over samples of the milli-GPU allocated (divide by `samples` for the average)."""

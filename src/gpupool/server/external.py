@@ -26,7 +26,8 @@ from sqlalchemy.orm import Session
 
 from gpupool.api.schemas import WorkloadStatus
 from gpupool.executors.kubernetes.objects import ExternalPod
-from gpupool.server.db import EventRow, ProjectRow, TaskRow, WorkloadRow
+from gpupool.server import eventlog
+from gpupool.server.db import ProjectRow, TaskRow, WorkloadRow
 
 ORIGIN = "kubernetes"
 SUBMITTER = "kubernetes"
@@ -97,7 +98,7 @@ def sync(session: Session, pods: Sequence[ExternalPod], now_s: float) -> int:
         if row.status in (WorkloadStatus.PENDING.value, WorkloadStatus.SUSPENDED.value):
             waiting = sorted((p for p in group if p.node is None), key=_order)
             if not waiting:
-                _remove(session, row.id, names.get(row.project_id), row.name, now_s)
+                _remove(session, row.id, row.project_id, names.get(row.project_id), row.name, now_s)
                 changed += 1
                 continue
             refs = [pod_ref(p) for p in waiting]
@@ -122,7 +123,7 @@ def sync(session: Session, pods: Sequence[ExternalPod], now_s: float) -> int:
                 .limit(1)
             )
             if live is None:
-                _remove(session, row.id, names.get(row.project_id), row.name, now_s)
+                _remove(session, row.id, row.project_id, names.get(row.project_id), row.name, now_s)
                 changed += 1
     changed += _create(session, groups, busy, project_ids, now_s)
     return changed
@@ -142,18 +143,24 @@ def _group_reason(pods: int, min_available: int | None) -> str | None:
 
 
 def _remove(
-    session: Session, workload_id: int, project: str | None, name: str, now_s: float
+    session: Session,
+    workload_id: int,
+    project_id: int,
+    project: str | None,
+    name: str,
+    now_s: float,
 ) -> None:
     session.execute(delete(TaskRow).where(TaskRow.workload_id == workload_id))
     session.execute(delete(WorkloadRow).where(WorkloadRow.id == workload_id))
-    session.execute(
-        insert(EventRow).values(
-            at=now_s,
-            kind="deleted",
-            project=project,
-            workload=name,
-            message="its pods are gone from Kubernetes",
-        )
+    eventlog.add(
+        session,
+        now_s,
+        "deleted",
+        "its pods are gone from Kubernetes",
+        project=project,
+        project_id=project_id,
+        workload=name,
+        workload_id=workload_id,
     )
 
 
@@ -241,22 +248,26 @@ def _create(
         )
         where = first.namespace + "/" + (f"group {first.group}" if first.group else first.name)
         events.append(
-            {
-                "at": now_s,
-                "kind": "failed" if problem else "submitted",
-                "project": first.project,
-                "workload": name,
-                "node": None,
-                "message": (
+            eventlog.event_row(
+                now_s,
+                "failed" if problem else "submitted",
+                (
                     f"pod {where} cannot be scheduled: {problem}"
                     if problem
                     else f"from Kubernetes: {where} ({len(group)} pod(s))"
                 ),
-            }
+                project=first.project,
+                project_id=project_id,
+                workload=name,
+            )
         )
     if rows:
-        session.execute(insert(WorkloadRow), rows)
-        session.execute(insert(EventRow), events)
+        ids = session.scalars(
+            insert(WorkloadRow).returning(WorkloadRow.id, sort_by_parameter_order=True), rows
+        ).all()
+        for event, workload_id in zip(events, ids, strict=True):
+            event["workload_id"] = workload_id
+        session.execute(eventlog.INSERT, events)
     return len(rows)
 
 

@@ -35,7 +35,28 @@ def upgrade(engine: Engine) -> None:
     """Apply every migration not yet applied. Safe to run at every start, and by several
     servers at once on PostgreSQL."""
     config = alembic_config(engine.url.render_as_string(hide_password=False))
-    with engine.begin() as connection:
-        lock_for_startup(connection)
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+    with engine.connect() as connection:
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:
+            # A migration that rebuilds a table drops the old one, and with foreign keys on
+            # that would cascade (memberships) or fail (workloads). SQLite reads this pragma
+            # only outside a transaction, so on the driver's connection before BEGIN.
+            _sqlite_pragma(connection, "PRAGMA foreign_keys=OFF")
+        try:
+            with connection.begin():
+                lock_for_startup(connection)
+                config.attributes["connection"] = connection
+                command.upgrade(config, "head")
+                if sqlite:
+                    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+                    if broken:
+                        raise RuntimeError(f"the migration broke foreign keys: {broken[:5]}")
+        finally:
+            if sqlite:
+                _sqlite_pragma(connection, "PRAGMA foreign_keys=ON")
+
+
+def _sqlite_pragma(connection: Connection, pragma: str) -> None:
+    driver = connection.connection.driver_connection
+    assert driver is not None
+    driver.execute(pragma)

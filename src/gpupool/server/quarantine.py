@@ -16,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import cast
 
-from sqlalchemy import Table, insert, select, update
+from sqlalchemy import Table, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpupool.api.schemas import TaskState, WorkloadStatus
-from gpupool.server.db import EventRow, ProjectRow, TaskRow, WorkloadRow
+from gpupool.server import eventlog
+from gpupool.server.db import ProjectRow, TaskRow, WorkloadRow
 from gpupool.server.dbfaults import is_outage
 
 WORKLOADS = cast(Table, WorkloadRow.__table__)
@@ -44,13 +45,13 @@ def fail(session: Session, workload_id: int, reason: str, now: float) -> bool:
     """Fail the workload in `session`'s transaction; False if it is gone or already over."""
     reason = reason[:_MAX_REASON]
     found = session.execute(
-        select(WorkloadRow.name, ProjectRow.name, WorkloadRow.status)
+        select(WorkloadRow.name, ProjectRow.name, WorkloadRow.status, ProjectRow.id)
         .join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
         .where(WorkloadRow.id == workload_id)
     ).first()
     if found is None or found[2] in _FINISHED:
         return False
-    name, project, _ = found
+    name, project, _, project_id = found
     session.execute(
         update(WORKLOADS)
         .where(WORKLOADS.c.id == workload_id)
@@ -73,14 +74,15 @@ def fail(session: Session, workload_id: int, reason: str, now: float) -> bool:
             reason=f"its workload failed: {reason}",
         )
     )
-    session.execute(
-        insert(EventRow).values(
-            at=now,
-            kind="failed",
-            project=project,
-            workload=name,
-            message=f"the scheduler cannot handle this workload: {reason}",
-        )
+    eventlog.add(
+        session,
+        now,
+        "failed",
+        f"the scheduler cannot handle this workload: {reason}",
+        project=project,
+        project_id=project_id,
+        workload=name,
+        workload_id=workload_id,
     )
     return True
 

@@ -36,9 +36,8 @@ from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import Bind, CycleResult, Evict, EvictionCause, Move, ProjectShare
 from gpupool.core.model import MILLI_PER_GPU, SchedulerSettings, TaskPlacement, Workload
 from gpupool.executors.base import DiscoversWorkloads, Executor, Exit, Launch, NodeInventory, Stop
-from gpupool.server import external, history, isolation, quarantine, usage
+from gpupool.server import eventlog, external, history, isolation, quarantine, usage
 from gpupool.server.db import (
-    EventRow,
     NodeRow,
     ProjectRow,
     TaskRow,
@@ -389,7 +388,6 @@ class SchedulingLoop:
                 TaskRow.workload_id == workload_id, TaskRow.state.in_(_LIVE)
             )
         ).all()
-        project = workload.project.name
         if natural_exit is not None and workload.status in (
             WorkloadStatus.RUNNING.value,
             WorkloadStatus.COMPLETING.value,
@@ -403,8 +401,7 @@ class SchedulingLoop:
                     session,
                     now,
                     "failed",
-                    project,
-                    workload.name,
+                    workload,
                     f"a task exited with code {natural_exit.exit_code}: {natural_exit.reason}",
                 )
             elif live:
@@ -412,7 +409,7 @@ class SchedulingLoop:
             else:
                 workload.status = WorkloadStatus.COMPLETED.value
                 workload.finished_at = now
-                _event(session, now, "completed", project, workload.name, "all tasks finished")
+                _event(session, now, "completed", workload, "all tasks finished")
             workload.version += 1
             return
         if (
@@ -429,20 +426,20 @@ class SchedulingLoop:
             workload.pending_reason = None
             workload.version += 1
             _event(
-                session, now, "completed", project, workload.name,
+                session, now, "completed", workload,
                 "all tasks finished before the stop took effect",
             )  # fmt: skip
         elif workload.status == WorkloadStatus.COMPLETING.value and not live:
             workload.status = WorkloadStatus.COMPLETED.value
             workload.finished_at = now
             workload.version += 1
-            _event(session, now, "completed", project, workload.name, "all tasks finished")
+            _event(session, now, "completed", workload, "all tasks finished")
         elif workload.status == WorkloadStatus.RUNNING.value and not live:
             workload.status = WorkloadStatus.PENDING.value
             workload.started_at = None
             workload.pending_reason = "its tasks ended unexpectedly; waiting to run again"
             workload.version += 1
-            _event(session, now, "requeued", project, workload.name, "its tasks were lost")
+            _event(session, now, "requeued", workload, "its tasks were lost")
 
     @staticmethod
     def _every_task_completed(session: Session, workload: WorkloadRow) -> bool:
@@ -461,7 +458,7 @@ class SchedulingLoop:
         with self._writer.begin() as session:
             live = select(TaskRow.workload_id).where(TaskRow.state.in_(_LIVE))
             rows = session.execute(
-                select(WorkloadRow.id, WorkloadRow.name, ProjectRow.name)
+                select(WorkloadRow.id, WorkloadRow.name, ProjectRow.name, ProjectRow.id)
                 .join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
                 .where(
                     WorkloadRow.status == WorkloadStatus.DELETING.value,
@@ -474,8 +471,21 @@ class SchedulingLoop:
             ids = [row[0] for row in rows]
             session.execute(delete(TaskRow).where(TaskRow.workload_id.in_(ids)))
             session.execute(delete(WorkloadRow).where(WorkloadRow.id.in_(ids)))
-            for _, name, project in rows:
-                _event(session, now, "deleted", project, name, "its tasks have stopped")
+            session.execute(
+                eventlog.INSERT,
+                [
+                    eventlog.event_row(
+                        now,
+                        "deleted",
+                        "its tasks have stopped",
+                        project=project,
+                        project_id=project_id,
+                        workload=name,
+                        workload_id=workload_id,
+                    )
+                    for workload_id, name, project, project_id in rows
+                ],
+            )
 
     def cycle(self) -> CycleResult:
         began = time.perf_counter()
@@ -570,7 +580,7 @@ class SchedulingLoop:
             if tasks:
                 session.execute(insert(TaskRow), tasks)
             if events:
-                session.execute(insert(EventRow), events)
+                session.execute(eventlog.INSERT, events)
             if stops:
                 session.connection().execute(
                     update(TASKS)
@@ -863,23 +873,28 @@ def _task_row(key: WorkloadKey, placement: TaskPlacement, now: float) -> dict[st
 def _event_row(
     now: float, kind: str, key: WorkloadKey, message: str, node: str | None = None
 ) -> dict[str, object]:
-    return {
-        "at": now,
-        "kind": kind,
-        "project": key.project,
-        "workload": key.name,
-        "node": node,
-        "message": message,
-    }
+    return eventlog.event_row(
+        now,
+        kind,
+        message,
+        project=key.project,
+        project_id=key.project_id,
+        workload=key.name,
+        workload_id=key.workload_id,
+        node=node,
+    )
 
 
-def _event(
-    session: Session, now: float, kind: str, project: str, workload: str, message: str
-) -> None:
-    session.execute(
-        insert(EventRow).values(
-            at=now, kind=kind, project=project, workload=workload, message=message
-        )
+def _event(session: Session, now: float, kind: str, workload: WorkloadRow, message: str) -> None:
+    eventlog.add(
+        session,
+        now,
+        kind,
+        message,
+        project=workload.project.name,
+        project_id=workload.project_id,
+        workload=workload.name,
+        workload_id=workload.id,
     )
 
 

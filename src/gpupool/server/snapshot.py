@@ -92,6 +92,7 @@ class WorkloadKey:
     name: str
     external: bool = False
     """Pods someone else created (Kubernetes): never moved, and gone once evicted."""
+    project_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +212,9 @@ def build_snapshot(session: Session, now_s: float, settings: SchedulerSettings) 
         except Exception as error:  # a bad row: left out, and failed by the loop
             bad[row.id] = str(error) if isinstance(error, _BadRowError) else describe(error)
             continue
-        keys[workload.name] = WorkloadKey(row.id, row.version, project, row.name, external)
+        keys[workload.name] = WorkloadKey(
+            row.id, row.version, project, row.name, external, row.project_id
+        )
         workloads.append(workload)
     return BuiltSnapshot(
         Snapshot(nodes, projects, tuple(workloads), now_s=int(now_s), settings=settings),

@@ -99,7 +99,7 @@ def get_principal(
         request.state.web_session = row
         return principal
     with state.read() as session:
-        return state.tokens.authenticate(session, token)
+        return state.tokens.authenticate(session, token, state.clock.now_s())
 
 
 Caller = Annotated[Principal, Depends(get_principal)]

@@ -10,7 +10,7 @@ a device at 40% is 400 milli-GPU utilized, whatever is allocated on it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import cast
 
 from sqlalchemy import (
@@ -58,6 +58,7 @@ def record(session: Session, samples: Sequence[UsageSample], now_s: float) -> No
         return
     charges = _charges(session)
     increments: dict[tuple[float, str, int, str, str], list[int]] = {}
+    project_ids = {c.project: c.project_id for on in charges.values() for c in on}
 
     def add(key: tuple[float, str, int, str, str], allocated: int, used: int, mem: int) -> None:
         entry = increments.setdefault(key, [0, 0, 0, 0])
@@ -103,6 +104,7 @@ def record(session: Session, samples: Sequence[UsageSample], now_s: float) -> No
                     "device_index": key[2],
                     "project": key[3],
                     "workload": key[4],
+                    "project_id": project_ids.get(key[3]),
                     "samples": count,
                     "allocated_milli_sum": allocated,
                     "utilized_milli_sum": used,
@@ -140,12 +142,12 @@ def report(
     by: str,
     since_s: float,
     bucket_s: int,
-    projects: frozenset[str] | None,
+    project_ids: Collection[int] | None,
 ) -> UsageOut:
     """Average allocation and utilization per `by` (device, project, workload) and bucket.
 
-    `projects` limits project and workload rows to those projects (researchers); devices are
-    shown to everyone."""
+    `project_ids` limits project and workload rows to those projects (researchers: by id, so
+    not an earlier project of the same name); devices are shown to everyone."""
     # A workload's row counts only the samples taken while it ran; averaging over all of the
     # device's samples in that minute makes it a time average, comparable with the device's.
     device_samples = {
@@ -159,8 +161,8 @@ def report(
         query = query.where(UsageRow.project == _DEVICE)
     else:
         query = query.where(UsageRow.project != _DEVICE)
-        if projects is not None:
-            query = query.where(UsageRow.project.in_(sorted(projects)))
+        if project_ids is not None:
+            query = query.where(UsageRow.project_id.in_(sorted(project_ids)))
     # Per (key, bucket): a device row is one device; a project sums its workloads' devices.
     sums: dict[tuple[str, float], list[int]] = defaultdict(lambda: [0, 0, 0])
     span: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])

@@ -80,7 +80,7 @@ def register_node(body: NodeIn, state: State, caller: Caller) -> NodeOut:
     """Register or update a node (executors and admins)."""
     caller.require_admin("register nodes")
     with state.write() as session:
-        cluster.register(session, cluster.inventory_of(body), "api", state.clock.now_s())
+        cluster.register_by(session, body, state.clock.now_s(), caller.name)
     with state.read() as session:
         return cluster.nodes(session, body.name, viewer=caller)[0]
 
@@ -113,7 +113,7 @@ def usage_report(
 ) -> UsageOut:
     """Allocated vs utilized GPU over time (per-minute samples averaged into buckets)."""
     since = state.clock.now_s() - minutes * 60
-    visible = None if caller.is_admin else caller.project_names
+    visible = None if caller.is_admin else list(caller.project_ids.values())
     with state.read() as session:
         return usage.report(session, by, since, bucket_s, visible)
 
@@ -135,14 +135,16 @@ def list_users(state: State, caller: Caller) -> list[UserOut]:
 def create_user(body: UserIn, state: State, caller: Caller) -> UserOut:
     caller.require_admin("create users")
     with state.write() as session:
-        return users.create(session, body, state.clock.now_s())
+        return users.create(session, body, state.clock.now_s(), caller.name)
 
 
 @api.put("/users/{name}/projects", tags=["users"])
 def set_user_projects(name: str, body: ProjectsIn, state: State, caller: Caller) -> UserOut:
     caller.require_admin("change memberships")
     with state.write() as session:
-        out = users.set_projects(session, users.get_row(session, name), body.projects)
+        out = users.set_projects(
+            session, users.get_row(session, name), body.projects, state.clock.now_s(), caller.name
+        )
     state.tokens.clear()
     return out
 
@@ -153,7 +155,12 @@ def create_token(name: str, body: TokenIn, state: State, caller: Caller) -> Toke
         caller.require_admin("issue tokens for other users")
     with state.write() as session:
         return users.issue_token(
-            session, users.get_row(session, name), body.label, state.clock.now_s()
+            session,
+            users.get_row(session, name),
+            body.label,
+            state.clock.now_s(),
+            caller.name,
+            body.expires_in_s,
         )
 
 
@@ -161,7 +168,7 @@ def create_token(name: str, body: TokenIn, state: State, caller: Caller) -> Toke
 def delete_user(name: str, state: State, caller: Caller) -> Response:
     caller.require_admin("delete users")
     with state.write() as session:
-        users.remove(session, users.get_row(session, name), caller.name)
+        users.remove(session, users.get_row(session, name), caller.name, state.clock.now_s())
     state.tokens.clear()
     return Response(status_code=204)
 
@@ -182,6 +189,6 @@ def revoke_token(
     """Revoke a token: requests with it answer 401 from now on. Admins only."""
     caller.require_admin("revoke tokens")
     with state.write() as session:
-        users.revoke_token(session, token_id)
+        users.revoke_token(session, token_id, state.clock.now_s(), caller.name)
     state.tokens.clear()
     return Response(status_code=204)

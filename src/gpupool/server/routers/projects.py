@@ -34,14 +34,14 @@ def list_departments(state: State, caller: Caller) -> list[ProjectOut]:
 def create_project(body: ProjectIn, state: State, caller: Caller) -> ProjectOut:
     caller.require_admin("create projects")
     with state.write() as session:
-        return projects.create(session, body, state.clock.now_s(), state.loop.shares)
+        return projects.create(session, body, state.clock.now_s(), state.loop.shares, caller.name)
 
 
 @router.post("/departments", status_code=201)
 def create_department(body: DepartmentIn, state: State, caller: Caller) -> ProjectOut:
     caller.require_admin("create departments")
     with state.write() as session:
-        return projects.create(session, body, state.clock.now_s(), state.loop.shares)
+        return projects.create(session, body, state.clock.now_s(), state.loop.shares, caller.name)
 
 
 def _get(state: State, caller: Caller, name: str, is_department: bool) -> ProjectOut:
@@ -66,7 +66,9 @@ def _patch(state: State, caller: Caller, name: str, body: ProjectPatch, dept: bo
     caller.require_admin("change quotas")
     with state.write() as session:
         row = projects.get_row(session, name, dept)
-        return projects.update(session, row, body, state.loop.shares)
+        return projects.update(
+            session, row, body, state.loop.shares, state.clock.now_s(), caller.name
+        )
 
 
 @router.patch("/projects/{name}")
@@ -82,7 +84,8 @@ def patch_department(name: str, body: ProjectPatch, state: State, caller: Caller
 def _delete(state: State, caller: Caller, name: str, is_department: bool) -> Response:
     caller.require_admin("delete projects")
     with state.write() as session:
-        projects.remove(session, projects.get_row(session, name, is_department))
+        row = projects.get_row(session, name, is_department)
+        projects.remove(session, row, state.clock.now_s(), caller.name)
     state.tokens.clear()
     return Response(status_code=204)
 

@@ -18,13 +18,15 @@ def login(body: LoginIn, request: Request, response: Response, state: State) -> 
     """Exchange a token for a session cookie (HttpOnly, SameSite=Strict; Secure over HTTPS)."""
     now = state.clock.now_s()
     with state.read() as session:
-        principal = state.tokens.authenticate(session, body.token.strip())
+        principal, token_expires_at = state.tokens.authenticate_until(
+            session, body.token.strip(), now
+        )
     with state.writer.begin() as session:
-        cookie, row = web_sessions.create(session, principal, now)
+        cookie, row = web_sessions.create(session, principal, now, token_expires_at)
     response.set_cookie(
         web_sessions.COOKIE_NAME,
         cookie,
-        max_age=web_sessions.SESSION_TTL_S,
+        max_age=max(1, round(row.expires_at - now)),
         path="/",
         httponly=True,
         samesite="strict",

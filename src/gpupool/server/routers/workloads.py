@@ -77,7 +77,7 @@ def list_workloads(
 @router.get("/workloads/{project}/{name}")
 def describe(project: str, name: str, state: State, caller: Caller) -> WorkloadDetail:
     with state.read() as session:
-        return workloads.detail(session, workloads.get_row(session, project, name, caller))
+        return workloads.detail(session, workloads.get_row(session, project, name, caller), caller)
 
 
 @router.post("/workloads/{project}/{name}/suspend")

@@ -24,6 +24,7 @@ from gpupool.api.schemas import (
 from gpupool.core.decisions import ProjectShare
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.executors.base import DeviceInfo, NodeInventory
+from gpupool.server import eventlog
 from gpupool.server.auth import Principal
 from gpupool.server.db import (
     DeviceRow,
@@ -91,6 +92,20 @@ def register(session: Session, node: NodeInventory, executor: str, now_s: float)
     return row
 
 
+def register_by(session: Session, body: NodeIn, now_s: float, actor: str) -> None:
+    """A node registered through the API by `actor` (an admin), in the audit log."""
+    inventory = inventory_of(body)
+    register(session, inventory, "api", now_s)
+    eventlog.add(
+        session,
+        now_s,
+        "node-registered",
+        f"{body.name} ({len(inventory.devices)} GPUs) by {actor}",
+        node=body.name,
+        actor=actor,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Charge:
     """What one task holds on one device."""
@@ -101,6 +116,7 @@ class Charge:
     workload: str
     milli: int
     """Milli-GPU on this device (1000 for a whole device)."""
+    project_id: int | None = None
 
 
 def charges(session: Session, states: tuple[str, ...] = _HOLDING) -> list[Charge]:
@@ -115,6 +131,7 @@ def charges(session: Session, states: tuple[str, ...] = _HOLDING) -> list[Charge
             WorkloadRow.gpu_amount,
             ProjectRow.name,
             NodeRow.gpu_memory_mib,
+            ProjectRow.id,
         )
         .join(WorkloadRow, WorkloadRow.id == TaskRow.workload_id)
         .join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
@@ -128,8 +145,9 @@ def charges(session: Session, states: tuple[str, ...] = _HOLDING) -> list[Charge
             project,
             workload,
             min(MILLI_PER_GPU, gpu_request(kind, amount, None).milli_on(memory_mib)),
+            project_id,
         )
-        for node, devices, burst, workload, kind, amount, project, memory_mib in rows
+        for node, devices, burst, workload, kind, amount, project, memory_mib, project_id in rows
         for device in physical_devices(devices, burst)
     ]
 

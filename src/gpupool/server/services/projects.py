@@ -18,6 +18,7 @@ from gpupool.api.schemas import (
 )
 from gpupool.core.decisions import ProjectShare
 from gpupool.core.model import Resources
+from gpupool.server import eventlog
 from gpupool.server.db import MembershipRow, NodeRow, ProjectRow, WorkloadRow
 from gpupool.server.errors import ApiError, conflict, invalid, not_found
 from gpupool.units import format_gpu_milli
@@ -42,8 +43,55 @@ def get_row(session: Session, name: str, is_department: bool | None = None) -> P
     return row
 
 
+def _settings(row: ProjectRow) -> dict[str, str]:
+    """What an admin sets on a project, as the audit log writes it."""
+    limited = row.has_limit
+    limit = {
+        "limit gpu": _milli(row.limit_gpu_milli if limited else None),
+        "limit cpu": _milli(row.limit_cpu_milli if limited else None),
+        "limit memory": _mib(row.limit_memory_mib if limited else None),
+    }
+    return {
+        "department": row.parent.name if row.parent is not None else "none",
+        "quota gpu": _milli(row.quota_gpu_milli),
+        "quota cpu": _milli(row.quota_cpu_milli),
+        "quota memory": _mib(row.quota_memory_mib),
+        **limit,
+        "over-quota weight": str(row.over_quota_weight),
+        "priority": str(row.priority),
+        "min runtime": f"{row.min_runtime_s} s",
+    }
+
+
+def _milli(milli: int | None) -> str:
+    return "none" if milli is None else format_gpu_milli(milli)
+
+
+def _mib(mib: int | None) -> str:
+    return "none" if mib is None else f"{mib} MiB"
+
+
+def _audit(
+    session: Session, row: ProjectRow, change: str, message: str, now_s: float, actor: str
+) -> None:
+    """`project-created` and the like: seen by admins and by the project's members."""
+    eventlog.add(
+        session,
+        now_s,
+        f"{_kind(row.is_department)}-{change}",
+        f"{change} by {actor}: {message}",
+        project=row.name,
+        project_id=row.id,
+        actor=actor,
+    )
+
+
 def create(
-    session: Session, body: ProjectIn | DepartmentIn, now_s: float, shares: ShareMap
+    session: Session,
+    body: ProjectIn | DepartmentIn,
+    now_s: float,
+    shares: ShareMap,
+    actor: str,
 ) -> ProjectOut:
     is_department = isinstance(body, DepartmentIn)
     existing = session.execute(
@@ -79,10 +127,20 @@ def create(
     _set_limit(row, body.limit)
     session.add(row)
     session.flush()
+    settings = ", ".join(f"{key} {value}" for key, value in _settings(row).items())
+    _audit(session, row, "created", settings, now_s, actor)
     return view(session, row, shares, warnings=quota_warnings(session, row))
 
 
-def update(session: Session, row: ProjectRow, body: ProjectPatch, shares: ShareMap) -> ProjectOut:
+def update(
+    session: Session,
+    row: ProjectRow,
+    body: ProjectPatch,
+    shares: ShareMap,
+    now_s: float,
+    actor: str,
+) -> ProjectOut:
+    before = _settings(row)
     if body.quota is not None:
         _set_quota(row, body.quota)
     if "limit" in body.model_fields_set:
@@ -96,10 +154,15 @@ def update(session: Session, row: ProjectRow, body: ProjectPatch, shares: ShareM
             raise invalid("min_runtime_s is set per project, not per department", "min_runtime_s")
         row.min_runtime_s = body.min_runtime_s
     session.flush()
+    after = _settings(row)
+    changed = [
+        f"{key} {before[key]} -> {value}" for key, value in after.items() if before[key] != value
+    ]
+    _audit(session, row, "updated", ", ".join(changed) or "nothing changed", now_s, actor)
     return view(session, row, shares, warnings=quota_warnings(session, row))
 
 
-def remove(session: Session, row: ProjectRow) -> None:
+def remove(session: Session, row: ProjectRow, now_s: float, actor: str) -> None:
     if row.is_department:
         children = session.scalar(
             select(func.count()).select_from(ProjectRow).where(ProjectRow.parent_id == row.id)
@@ -122,6 +185,7 @@ def remove(session: Session, row: ProjectRow) -> None:
             )
         session.execute(delete(WorkloadRow).where(WorkloadRow.project_id == row.id))
         session.execute(delete(MembershipRow).where(MembershipRow.project_id == row.id))
+    _audit(session, row, "deleted", f"its events stay under id {row.id}", now_s, actor)
     session.delete(row)
 
 

@@ -13,9 +13,9 @@ import secrets
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from gpupool.api.schemas import Role, SessionOut
-from gpupool.server.auth import Principal, token_digest
-from gpupool.server.db import MembershipRow, ProjectRow, UserRow, WebSessionRow
+from gpupool.api.schemas import SessionOut
+from gpupool.server.auth import Principal, principal_of, token_digest
+from gpupool.server.db import UserRow, WebSessionRow
 from gpupool.server.errors import ApiError
 
 COOKIE_NAME = "gpupool_session"
@@ -25,24 +25,18 @@ MAX_SESSIONS_PER_USER = 50
 """Older sessions of a user beyond this are ended (a script logging in in a loop)."""
 
 
-def _principal(session: Session, user: UserRow) -> Principal:
-    projects = session.scalars(
-        select(ProjectRow.name)
-        .join(MembershipRow, MembershipRow.project_id == ProjectRow.id)
-        .where(MembershipRow.user_id == user.id)
-    ).all()
-    return Principal(user.id, user.name, Role(user.role), frozenset(projects))
-
-
-def create(session: Session, principal: Principal, now_s: float) -> tuple[str, WebSessionRow]:
-    """A new session for `principal`: (cookie value, row). Drops expired sessions on the way."""
+def create(
+    session: Session, principal: Principal, now_s: float, token_expires_at: float | None = None
+) -> tuple[str, WebSessionRow]:
+    """A new session for `principal`: (cookie value, row). It ends no later than the token it
+    was made with (`token_expires_at`). Drops expired sessions on the way."""
     cookie = secrets.token_urlsafe(32)
     row = WebSessionRow(
         session_sha256=token_digest(cookie),
         user_id=principal.user_id,
         csrf_token=secrets.token_urlsafe(32),
         created_at=now_s,
-        expires_at=now_s + SESSION_TTL_S,
+        expires_at=min(now_s + SESSION_TTL_S, token_expires_at or now_s + SESSION_TTL_S),
     )
     session.execute(delete(WebSessionRow).where(WebSessionRow.expires_at < now_s))
     older = session.scalars(
@@ -76,7 +70,7 @@ def authenticate(
     user = session.get(UserRow, row.user_id)
     if user is None:
         raise ApiError(401, "your session has ended: log in again with your token")
-    return _principal(session, user), row
+    return principal_of(session, user), row
 
 
 def end(session: Session, cookie: str) -> None:

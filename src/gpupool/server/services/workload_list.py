@@ -22,6 +22,7 @@ from gpupool.api.schemas import (
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind
 from gpupool.server.auth import Principal
 from gpupool.server.db import ProjectRow, TaskRow, WorkloadRow, physical_devices
+from gpupool.server.redact import redactor
 from gpupool.server.services.workloads import FINISHED, LIVE_TASK_STATES, exit_code_of, view
 
 MEMORY_MIB_PER_GPU = 81920
@@ -120,11 +121,13 @@ def list_page(
             ordering = [column.asc(), WorkloadRow.id.asc()]
     rows = session.scalars(query.order_by(*ordering).limit(limit).offset(offset)).all()
     tasks = _tasks(session, [row.id for row in rows])
+    hide = redactor(session, who)
     items = []
     for row in rows:
         mine = tasks.get(row.id, [])
         running = sum(1 for task in mine if task.state == TaskState.RUNNING.value)
         out = view(row, running)
+        out.pending_reason = hide(out.pending_reason)
         out.placement = [
             TaskPlacement(
                 task_index=task.task_index,

@@ -20,9 +20,11 @@ from gpupool.api.schemas import (
 )
 from gpupool.core.model import GpuRequestKind
 from gpupool.core.model import WorkloadType as CoreType
+from gpupool.server import eventlog
 from gpupool.server.auth import Principal
 from gpupool.server.db import EventRow, ProjectRow, TaskRow, WorkloadRow
 from gpupool.server.errors import ApiError, conflict, invalid, not_found
+from gpupool.server.redact import Redact, redactor
 from gpupool.server.services.feasibility import ClusterNodes
 
 LIVE_TASK_STATES = (TaskState.STARTING.value, TaskState.RUNNING.value, TaskState.STOPPING.value)
@@ -78,17 +80,19 @@ def submit_many(
         name_of = {row.id: name for name, row in projects.items()}
         ids = session.scalars(_INSERT_WORKLOAD, rows).all()
         session.execute(
-            _INSERT_EVENT,
+            eventlog.INSERT,
             [
-                {
-                    "at": now_s,
-                    "kind": "submitted",
-                    "project": name_of[values["project_id"]],
-                    "workload": values["name"],
-                    "node": None,
-                    "message": f"submitted by {values['submitted_by']}",
-                }
-                for values in rows
+                eventlog.event_row(
+                    now_s,
+                    "submitted",
+                    f"submitted by {values['submitted_by']}",
+                    project=name_of[values["project_id"]],
+                    project_id=values["project_id"],
+                    workload=values["name"],
+                    workload_id=workload_id,
+                    actor=values["submitted_by"],
+                )
+                for workload_id, values in zip(ids, rows, strict=True)
             ],
         )
         stored = iter(zip(ids, rows, strict=True))
@@ -172,28 +176,20 @@ def workload_values(
 
 
 _INSERT_WORKLOAD = insert(WorkloadRow).returning(WorkloadRow.id, sort_by_parameter_order=True)
-_INSERT_EVENT = insert(EventRow)
 
 
-def add_event(
-    session: Session,
-    at_s: float,
-    kind: str,
-    project: str | None,
-    workload: str | None,
-    message: str,
-    node: str | None = None,
-) -> None:
-    session.execute(
-        _INSERT_EVENT,
-        {
-            "at": at_s,
-            "kind": kind,
-            "project": project,
-            "workload": workload,
-            "node": node,
-            "message": message,
-        },
+def add_event(session: Session, at_s: float, kind: str, row: WorkloadRow, who: Principal) -> None:
+    """A user's change to a workload (suspend, resume, delete), in the event log."""
+    eventlog.add(
+        session,
+        at_s,
+        kind,
+        f"by {who.name}",
+        project=row.project.name,
+        project_id=row.project_id,
+        workload=row.name,
+        workload_id=row.id,
+        actor=who.name,
     )
 
 
@@ -223,25 +219,29 @@ def exit_code_of(tasks: Iterable[tuple[int, int | None]]) -> int | None:
     return next((code for code in codes if code != 0), 0)
 
 
-def detail(session: Session, row: WorkloadRow) -> WorkloadDetail:
+def detail(session: Session, row: WorkloadRow, who: Principal) -> WorkloadDetail:
+    """A workload with its tasks and events; other projects' workloads named in its reasons
+    are left unnamed for a researcher (`gpupool.server.redact`)."""
     tasks = session.scalars(
         select(TaskRow).where(TaskRow.workload_id == row.id).order_by(TaskRow.id)
     ).all()
     events = session.scalars(
         select(EventRow)
-        .where(EventRow.project == row.project.name, EventRow.workload == row.name)
-        .where(EventRow.at >= row.submitted_at)
+        .where(EventRow.project_id == row.project_id, EventRow.workload_id == row.id)
+        .where(EventRow.at >= row.submitted_at)  # an id a deleted workload had before
         .order_by(EventRow.id.desc())
         .limit(200)
     ).all()
     running = sum(1 for task in tasks if task.state == TaskState.RUNNING.value)
     base = view(row, running)
+    hide = redactor(session, who)
+    base.pending_reason = hide(base.pending_reason)
     if row.status in FINISHED:
         base.exit_code = exit_code_of((task.task_index, task.exit_code) for task in tasks)
     return WorkloadDetail(
         **base.model_dump(),
         task_list=[task_view(task) for task in tasks],
-        events=[event_view(event) for event in reversed(events)],
+        events=[event_view(event, hide) for event in reversed(events)],
     )
 
 
@@ -274,7 +274,7 @@ def suspend(session: Session, row: WorkloadRow, who: Principal, now_s: float) ->
         )
     stop_tasks(session, row.id, now_s, f"suspended by {who.name}")
     _bump(session, row, WorkloadStatus.SUSPENDED, f"suspended by {who.name}")
-    add_event(session, now_s, "suspended", row.project.name, row.name, f"by {who.name}")
+    add_event(session, now_s, "suspended", row, who)
     session.refresh(row)
     return view(row, 0)
 
@@ -285,7 +285,7 @@ def resume(session: Session, row: WorkloadRow, who: Principal, now_s: float) -> 
             f"workload {row.name!r} is {row.status}: only a suspended workload can be resumed"
         )
     _bump(session, row, WorkloadStatus.PENDING, "waiting for the next scheduling cycle")
-    add_event(session, now_s, "resumed", row.project.name, row.name, f"by {who.name}")
+    add_event(session, now_s, "resumed", row, who)
     session.refresh(row)
     return view(row, 0)
 
@@ -296,7 +296,7 @@ def delete(session: Session, row: WorkloadRow, who: Principal, now_s: float) -> 
         return view(row, 0)
     stop_tasks(session, row.id, now_s, f"deleted by {who.name}")
     _bump(session, row, WorkloadStatus.DELETING, None)
-    add_event(session, now_s, "deleting", row.project.name, row.name, f"by {who.name}")
+    add_event(session, now_s, "deleting", row, who)
     session.refresh(row)
     return view(row, 0)
 
@@ -309,16 +309,23 @@ def events(
     after_id: int,
     limit: int,
 ) -> list[EventOut]:
+    """The log after `after_id`, oldest first. A researcher sees the events of their projects
+    as they are now (by id: not those of an earlier project of the same name); an admin sees
+    every event, and with `project` those of every project that had that name."""
     query = select(EventRow).where(EventRow.id > after_id)
     if project is not None:
         who.require_project(project)
-        query = query.where(EventRow.project == project)
+        if who.is_admin:
+            query = query.where(EventRow.project == project)
+        else:
+            query = query.where(EventRow.project_id == who.project_ids.get(project, -1))
     elif not who.is_admin:
-        query = query.where(EventRow.project.in_(sorted(who.project_names)))
+        query = query.where(EventRow.project_id.in_(sorted(who.project_ids.values())))
     if workload is not None:
         query = query.where(EventRow.workload == workload)
     rows = session.scalars(query.order_by(EventRow.id).limit(limit)).all()
-    return [event_view(row) for row in rows]
+    hide = redactor(session, who)
+    return [event_view(row, hide) for row in rows]
 
 
 def gpu_milli_per_task(row: WorkloadRow) -> int | None:
@@ -381,13 +388,17 @@ def task_view(row: TaskRow) -> TaskOut:
     )
 
 
-def event_view(row: EventRow) -> EventOut:
+def event_view(row: EventRow, hide: Redact | None = None) -> EventOut:
+    message = hide(row.message) if hide is not None else row.message
     return EventOut(
         id=row.id,
         at=row.at,
         kind=row.kind,
         project=row.project,
+        project_id=row.project_id,
         workload=row.workload,
+        workload_id=row.workload_id,
         node=row.node,
-        message=row.message,
+        actor=row.actor,
+        message=message or "",
     )
