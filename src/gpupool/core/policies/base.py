@@ -235,11 +235,6 @@ class PlacementPolicy:
     loose = False
     """The scheduling cycle offers a policy the nodes with the fewest empty devices first (it
     scores a bounded number of candidates); a spreading policy wants the emptiest first."""
-    shared_score_bound: float | None = None
-    """For a pod that shares a device: a score below this is only given on a node where the pod
-    goes onto an already shared device, and a node where it would take an empty device always
-    scores at or above it (bin-pack shares first). The cycle then scores the nodes with an
-    empty device only when no node with a shared device scored below it."""
     whole_in_offered_order = False
     """True when, for whole-GPU pods, the policy's score only follows the order the cycle
     offers nodes in (fewest empty devices first, or most when `loose`): the cycle then takes

@@ -31,9 +31,6 @@ class BinPackPolicy(PlacementPolicy):
     device of the fullest node."""
 
     whole_in_offered_order = True
-    shared_score_bound = _EMPTY_DEVICE_RANK / 2
-    """A shared device scores under 5 x 10^6 (see `score`), an empty one at least
-    `_EMPTY_DEVICE_RANK` less the node's device count."""
 
     @classmethod
     def create(cls, context: PolicyContext) -> Self:
