@@ -3,6 +3,7 @@ GPU, with sharing pods steered to planned device fills (`DefaultPolicy`)."""
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections.abc import Sequence
 from typing import Self
@@ -144,14 +145,28 @@ class DefaultPolicy(FgdPolicy):
         gpu = sum(t.weight * t.shape.total_gpu_milli for t in typical) or 1.0
         self._cpu_per_gpu = sum(t.weight * t.shape.cpu_milli for t in typical) / gpu
         self._memory_per_gpu = sum(t.weight * t.shape.memory_mib for t in typical) / gpu
+        self._exact: dict[tuple[str | None, int, int, tuple[int, ...]], float] = {}
+        """The whole measure by the node's exact free CPU and memory (the stranding term reads
+        them as amounts); `_memo` keeps the shapes' part by the cuts (`FgdPolicy`)."""
 
     def fragmentation(
         self, model: str | None, cpu_free: int, memory_free: int, free: Sequence[int]
     ) -> float:
-        key = (model, cpu_free, memory_free, tuple(sorted(free)))
-        value = self._memo.get(key)
+        free_sorted = tuple(sorted(free))
+        exact = (model, cpu_free, memory_free, free_sorted)
+        value = self._exact.get(exact)
         if value is None:
-            value = rows_fragmentation_milli(model, cpu_free, key[3], self._rows, memory_free)
+            key = (
+                model,
+                bisect.bisect_right(self._cpu_cuts, cpu_free),
+                bisect.bisect_right(self._memory_cuts, memory_free),
+                free_sorted,
+            )
+            value = self._memo.get(key)
+            if value is None:
+                value = self._memo[key] = rows_fragmentation_milli(
+                    model, cpu_free, free_sorted, self._rows, memory_free
+                )
             if self._stranding_weight:
                 free_gpu = sum(free)
                 usable = min(
@@ -160,7 +175,7 @@ class DefaultPolicy(FgdPolicy):
                     memory_free / self._memory_per_gpu if self._memory_per_gpu else free_gpu,
                 )
                 value += self._stranding_weight * (free_gpu - usable)
-            self._memo[key] = value
+            self._exact[exact] = value
         return value
 
     def _device_rank(self, free_milli: int, share_milli: int) -> int:

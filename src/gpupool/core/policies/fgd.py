@@ -179,16 +179,28 @@ class FgdPolicy(PlacementPolicy):
         self._typical = tuple(typical)
         self._rows = shape_rows(self._typical)
         self._count_memory = count_memory
-        self._memo: dict[tuple[str | None, int, int | None, tuple[int, ...]], float] = {}
+        self._memo: dict[tuple[str | None, int, int, tuple[int, ...]], float] = {}
+        self._cpu_cuts = sorted({row[3] for row in self._rows})
+        self._memory_cuts = sorted({row[4] for row in self._rows})
+        """The shapes' CPU and memory per pod, ascending: the measure reads a node's free CPU
+        and memory only as whether each shape's fits (free >= need), which the number of cuts
+        at or below the free amount tells; nodes that differ in free CPU or memory alone then
+        share a memo entry."""
 
     def fragmentation(
         self, model: str | None, cpu_free: int, memory_free: int, free: Sequence[int]
     ) -> float:
         memory = memory_free if self._count_memory else None
-        key = (model, cpu_free, memory, tuple(sorted(free)))
+        free_sorted = tuple(sorted(free))
+        key = (
+            model,
+            bisect.bisect_right(self._cpu_cuts, cpu_free),
+            -1 if memory is None else bisect.bisect_right(self._memory_cuts, memory),
+            free_sorted,
+        )
         value = self._memo.get(key)
         if value is None:
-            value = rows_fgd_fragmentation_milli(model, cpu_free, key[3], self._rows, memory)
+            value = rows_fgd_fragmentation_milli(model, cpu_free, free_sorted, self._rows, memory)
             self._memo[key] = value
         return value
 
