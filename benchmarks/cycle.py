@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/cycle.py                       # 100, 1000 and 10000 nodes
     .venv/bin/python benchmarks/cycle.py --nodes 1000 --repeat 5 --json
-    .venv/bin/python benchmarks/cycle.py --gc off      # the cycle without garbage collection
+    .venv/bin/python benchmarks/cycle.py --gc on       # with the collector running (default: off,
+                                                       # as the server loop runs a cycle)
     .venv/bin/python benchmarks/cycle.py --clock cpu   # process CPU time (a shared machine)
 
 For each size the snapshot comes from `cycle_workload.build_snapshot` (not timed); then
@@ -140,7 +141,7 @@ def measure(
     seed: int,
     repeat: int,
     run_cycle: RunCycle,
-    gc_mode: str = "on",
+    gc_mode: str = "off",
     placement: str = "binpack",
     trace_memory: bool = False,
     clock: str = "wall",
@@ -442,8 +443,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--gc",
         choices=GC_MODES,
-        default="on",
-        help="garbage collector during the timed cycles (default: on)",
+        default="off",
+        help="garbage collector during the timed cycles (default: off, as the server loop"
+        " pauses it for each cycle: gpupool.gcpause)",
     )
     parser.add_argument(
         "--placement",

@@ -36,6 +36,7 @@ from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import Bind, CycleResult, Evict, EvictionCause, Move, ProjectShare
 from gpupool.core.model import MILLI_PER_GPU, SchedulerSettings, TaskPlacement, Workload
 from gpupool.executors.base import DiscoversWorkloads, Executor, Exit, Launch, NodeInventory, Stop
+from gpupool.gcpause import collector_paused
 from gpupool.server import eventlog, external, history, isolation, quarantine, usage
 from gpupool.server.db import (
     NodeRow,
@@ -493,7 +494,8 @@ class SchedulingLoop:
         with self._reader() as session, session.begin():
             built = build_snapshot(session, now, self._settings)
         # A workload whose row or decisions break a step is failed; the others go on.
-        result, snapshot, culprits = isolation.run_isolated(built.snapshot, run_cycle)
+        with collector_paused():
+            result, snapshot, culprits = isolation.run_isolated(built.snapshot, run_cycle)
         problems = dict(built.bad)
         problems.update({built.keys[name].workload_id: why for name, why in culprits.items()})
         try:

@@ -45,6 +45,7 @@ from gpupool.core.model import (
     Snapshot,
     Workload,
 )
+from gpupool.gcpause import collector_paused
 from gpupool.sim.errors import SimulationError
 from gpupool.sim.workload import SimWorkload
 
@@ -400,7 +401,8 @@ class _Engine:
         self._last_cycle_s = now
         for _ in range(self._settings.max_cycles_per_instant):
             snapshot = self._snapshot(now)
-            result = self._cycle(snapshot)
+            with collector_paused():
+                result = self._cycle(snapshot)
             self._cycles += 1
             self._last_result = result
             if not result.decisions:
