@@ -35,7 +35,6 @@ from gpupool.client.config import (
     write_config,
 )
 from gpupool.client.http import ApiError, GpupoolClient
-from gpupool.server.process import ServerProcess
 from liveserver import LiveServer, unique, wait_for
 
 Cli = Callable[..., Result]
@@ -250,17 +249,6 @@ def test_environment_server_wins_over_the_file(cli: Cli, offline: str) -> None:
 
 
 # -- end to end, against a real server ---------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """One real `gpupool server` (simulated nodes 2x4, SQLite) for this module's tests; each
-    test uses its own names (`unique`) and keeps what it runs small."""
-    process = ServerProcess(
-        tmp_path_factory.mktemp("server"), simulated_nodes="2x4", cycle_interval_s=0.1
-    )
-    with process:
-        yield LiveServer(process)
 
 
 @pytest.fixture

@@ -143,15 +143,6 @@ def test_json_and_another_output_format_conflict(offline: Cli) -> None:
 # -- against a real server -----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    process = ServerProcess(
-        tmp_path_factory.mktemp("server"), simulated_nodes="2x4", cycle_interval_s=0.1
-    )
-    with process:
-        yield LiveServer(process)
-
-
 @pytest.fixture
 def admin(cli: Cli, server: LiveServer, config_file: Path) -> Cli:
     write_config(ClientConfig(server=server.url, token=server.admin_token), config_file)

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
@@ -18,19 +17,9 @@ from gpupool.api.schemas import ProjectIn, WorkloadIn
 from gpupool.cli.main import app
 from gpupool.client.config import ClientConfig, write_config
 from gpupool.client.http import GpupoolClient
-from gpupool.server.process import ServerProcess
 from liveserver import LiveServer, unique, wait_for
 
 Cli = Callable[..., Result]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    process = ServerProcess(
-        tmp_path_factory.mktemp("server"), simulated_nodes="2x4", cycle_interval_s=0.1
-    )
-    with process:
-        yield LiveServer(process)
 
 
 def login(server: LiveServer, token: str, tmp_path: Path) -> Cli:

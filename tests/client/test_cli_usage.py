@@ -5,7 +5,7 @@ real server (simulated nodes, whose utilization is a model: a training task keep
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,6 @@ from gpupool.cli.main import app
 from gpupool.cli.usage import parse_since, sparkline
 from gpupool.client.config import ClientConfig, write_config
 from gpupool.client.http import GpupoolClient
-from gpupool.server.process import ServerProcess
 from liveserver import LiveServer, unique, wait_for
 
 Cli = Callable[..., Result]
@@ -40,15 +39,6 @@ def test_a_bad_since_says_how_to_write_one(text: str, message: str) -> None:
 def test_sparkline_scales_to_the_highest_and_leaves_gaps_blank() -> None:
     assert sparkline([0.0, 1.0, None, 2.0]) == "▁▅ █"
     assert sparkline([float(i) for i in range(100)], width=10) == "▁▂▃▄▄▅▆▇▇█"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    process = ServerProcess(
-        tmp_path_factory.mktemp("server"), simulated_nodes="2x4", cycle_interval_s=0.1
-    )
-    with process:
-        yield LiveServer(process)
 
 
 @pytest.fixture
