@@ -16,7 +16,7 @@ from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import CycleResult
 from gpupool.core.model import Snapshot
 from gpupool.executors.base import Launch
-from gpupool.server import isolation, scheduler
+from gpupool.server import isolation, persist, scheduler
 from gpupool.server.db import EventRow, WorkloadRow
 
 BAD_ROWS = {
@@ -145,14 +145,14 @@ def test_a_workload_the_core_fails_on_is_taken_out(
 def test_a_decision_that_cannot_be_written_fails_its_workload_only(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = scheduler._event_row
+    original = persist._event_row
 
     def event_row(now: float, kind: str, key: object, message: str, node: object = None) -> object:
         if getattr(key, "name", None) == "unwritable":
             raise ValueError("cannot encode this event")
         return original(now, kind, key, message, node)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(scheduler, "_event_row", event_row)
+    monkeypatch.setattr(persist, "_event_row", event_row)
     for name in ("one", "unwritable", "two"):
         harness.submit("a", name, gpu=1)
     harness.loop.run_once()

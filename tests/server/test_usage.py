@@ -9,7 +9,8 @@ from rich.console import Console
 from sqlalchemy.orm import Session
 
 from gpupool.api.schemas import ProjectIn, Role, WorkloadIn
-from gpupool.cli.cluster import top_view, usage_view
+from gpupool.cli.nodes import top_view
+from gpupool.cli.usage import usage_view
 from gpupool.executors.base import UsageSample
 from gpupool.server import migrate, usage
 from gpupool.server.auth import Principal

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gpupool.cli.cluster import JsonOption, clock, connect, show, table
+from gpupool.cli.common import JsonOption, clock, connect, show, table
 
 if TYPE_CHECKING:
     from gpupool.api.schemas import EventOut

@@ -1,5 +1,5 @@
 """The `gpupool` command: one Typer app, one sub-command per task (`what-if`, `simulate`, and
-the commands that talk to a server, in `gpupool.cli.cluster`)."""
+the commands that talk to a server, registered by `gpupool.cli.cluster`)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import typer
 from typer.core import TyperCommand
 
 from gpupool.api.enums import WorkloadType
-from gpupool.cli.cluster import (
+from gpupool.cli.common import (
     JsonOption,
     ProjectOption,
     connect,

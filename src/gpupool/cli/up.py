@@ -21,7 +21,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from gpupool.cli.cluster import connect, fail, handled, stdout
+from gpupool.cli.common import connect, fail, handled, stdout
 
 DEFAULT_DATA_DIR = Path(".gpupool")
 DEFAULT_FAKE_GPUS = "4x80G"

@@ -15,12 +15,12 @@ from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
-from gpupool.cli.cluster import JsonOption, clock, connect, fail, show, table, usage_view
+from gpupool.cli.common import JsonOption, clock, connect, fail, gpus, show, table
 
 if TYPE_CHECKING:
-    from gpupool.api.schemas import DeviceHistoryOut, HistoryOut
+    from gpupool.api.schemas import DeviceHistoryOut, HistoryOut, UsageOut
 
-__all__ = ["UsageBy", "parse_since", "usage"]
+__all__ = ["UsageBy", "parse_since", "usage", "usage_view"]
 
 RANGES = {"1h": 3_600, "24h": 86_400, "7d": 7 * 86_400, "30d": 30 * 86_400}
 """The server's named ranges; any other duration is sent as an explicit start."""
@@ -105,6 +105,24 @@ def usage(
 
 
 # -- views --------------------------------------------------------------------------------------
+
+
+def usage_view(report: UsageOut, minutes: int) -> Table:
+    """The per-minute samples' averages (`gpupool usage --by workload`)."""
+    view = table(
+        report.by.upper(), "ALLOCATED>", "UTILIZED>", "UTILIZED / ALLOCATED>",
+        title=f"GPU allocated and utilized, average over the last {minutes} min",
+    )  # fmt: skip
+    for point in report.summary:
+        ratio = (
+            f"{100 * point.utilized_gpu_milli / point.allocated_gpu_milli:.0f}%"
+            if point.allocated_gpu_milli
+            else "-"
+        )
+        view.add_row(
+            point.key, gpus(point.allocated_gpu_milli), gpus(point.utilized_gpu_milli), ratio
+        )
+    return view
 
 
 def _mean(values: Sequence[float | None]) -> float | None:

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpupool.api.enums import Role
-from gpupool.cli.cluster import (
+from gpupool.cli.common import (
     JsonOption,
     age,
     clock,

@@ -45,6 +45,10 @@ SCHEDULED = (
     WorkloadStatus.COMPLETING.value,
 )
 """Workload states the snapshot gives the core (completing ones as their running tasks)."""
+ACTIVE_TASKS = (TaskState.STARTING.value, TaskState.RUNNING.value)
+"""Task states of a task that runs or is about to: what an eviction, a move or a failure stops."""
+LIVE_TASKS = (*ACTIVE_TASKS, TaskState.STOPPING.value)
+"""Task states of a task that still holds its devices."""
 
 
 def core_workload(
@@ -152,11 +156,7 @@ def build_snapshot(session: Session, now_s: float, settings: SchedulerSettings) 
             TaskRow.devices,
             TaskRow.burst_device,
             TaskRow.state,
-        ).where(
-            TaskRow.state.in_(
-                (TaskState.STARTING.value, TaskState.RUNNING.value, TaskState.STOPPING.value)
-            )
-        )
+        ).where(TaskRow.state.in_(LIVE_TASKS))
     ):
         if state == TaskState.STOPPING.value:
             stopping.add(workload_id)

@@ -1,0 +1,248 @@
+"""Writing one cycle's decisions, in one transaction, each only if its workload is unchanged.
+
+A decision counts only if its workload's `version` is still the one the snapshot read (a user
+may have suspended or deleted it meanwhile). A bind adds task rows in state `starting` with a
+new launch id; an eviction or a move marks tasks `stopping` (a move also adds the new task);
+each decision adds an event, and pending workloads get their reason where it changed. Rows are
+written in batches: one executemany per kind of change.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from typing import cast
+
+from sqlalchemy import Table, insert, or_, select, update
+from sqlalchemy import bindparam as _bind
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpupool.api.schemas import TaskState, WorkloadStatus
+from gpupool.core.decisions import Bind, CycleResult, Evict, EvictionCause, Move
+from gpupool.core.model import TaskPlacement, Workload
+from gpupool.server import eventlog
+from gpupool.server.db import TaskRow, WorkloadRow
+from gpupool.server.snapshot import ACTIVE_TASKS, BuiltSnapshot, WorkloadKey
+
+TASKS = cast(Table, TaskRow.__table__)
+WORKLOADS = cast(Table, WorkloadRow.__table__)
+
+_PREEMPTED = "_preempted"
+"""Marks a workload change that counts one more preemption."""
+
+
+def write(
+    writer: sessionmaker[Session], built: BuiltSnapshot, result: CycleResult, now: float
+) -> dict[str, int]:
+    """Write the decisions of `result` on `built`; returns how many of each kind were written
+    (`bind`, `evict`, `move`, and evictions by cause)."""
+    counts = {"bind": 0, "evict": 0, "move": 0} | {cause.value: 0 for cause in EvictionCause}
+    touched = {d.workload for d in result.decisions}
+    with writer.begin() as session:
+        current = dict(
+            session.execute(
+                select(WorkloadRow.id, WorkloadRow.version).where(
+                    WorkloadRow.id.in_([built.keys[name].workload_id for name in touched])
+                )
+            ).all()
+        )
+        fresh = {
+            name
+            for name in touched
+            if current.get(built.keys[name].workload_id) == built.keys[name].version
+        }
+        by_name = {w.name: w for w in built.snapshot.workloads}
+        tasks: list[dict[str, object]] = []
+        events: list[dict[str, object]] = []
+        changed: dict[str, dict[str, object]] = {}
+        stops: list[dict[str, object]] = []
+        for decision in result.decisions:
+            if decision.workload not in fresh:
+                continue
+            key = built.keys[decision.workload]
+            if isinstance(decision, Bind):
+                counts["bind"] += 1
+                for placement in decision.placements:
+                    tasks.append(_task_row(key, placement, now))
+                values = changed.setdefault(decision.workload, {})
+                values["status"] = WorkloadStatus.RUNNING.value
+                values["pending_reason"] = None
+                if not by_name[decision.workload].placements:
+                    values["started_at"] = now
+                where = ", ".join(_where(p) for p in decision.placements)
+                message = f"{where}: {decision.reason}" if decision.reason else where
+                node = decision.placements[0].node if decision.placements else None
+                events.append(_event_row(now, "bound", key, message, node))
+            elif isinstance(decision, Evict):
+                counts["evict"] += 1
+                counts[decision.cause.value] += 1
+                _evict(by_name[decision.workload], key, decision, now, changed, stops)
+                events.append(_event_row(now, "evicted", key, decision.reason))
+            else:
+                counts["move"] += 1
+                _move(session, key, decision, now)
+                tasks.append(_task_row(key, decision.target, now))
+                events.append(
+                    _event_row(
+                        now,
+                        "moved",
+                        key,
+                        f"{decision.cause.value}: {_where(decision.source)} -> "
+                        f"{_where(decision.target)}: {decision.reason}",
+                        decision.target.node,
+                    )
+                )
+        if tasks:
+            session.execute(insert(TaskRow), tasks)
+        if events:
+            session.execute(eventlog.INSERT, events)
+        if stops:
+            session.connection().execute(
+                update(TASKS)
+                .where(
+                    TASKS.c.workload_id == _bind("b_workload"),
+                    TASKS.c.task_index == _bind("b_index"),
+                    or_(*(TASKS.c.state == state for state in ACTIVE_TASKS)),
+                )
+                .values(state=TaskState.STOPPING.value, stop_requested_at=now, reason=_bind("why")),
+                stops,
+            )
+        _update_workloads(session, {built.keys[n].workload_id: v for n, v in changed.items()})
+        _store_pending_reasons(session, built, result, fresh)
+    return counts
+
+
+def _evict(
+    workload: Workload,
+    key: WorkloadKey,
+    decision: Evict,
+    now: float,
+    changed: dict[str, dict[str, object]],
+    stops: list[dict[str, object]],
+) -> None:
+    """Note the tasks to stop and the workload's new state (written in batches)."""
+    indices = decision.task_indices or tuple(p.task_index for p in workload.placements)
+    why = f"{decision.cause.value}: {decision.reason}"
+    stops.extend({"b_workload": key.workload_id, "b_index": index, "why": why} for index in indices)
+    if decision.task_indices:
+        return
+    values = changed.setdefault(decision.workload, {})
+    if key.external:
+        # A pod cannot come back once evicted: its owner makes a new one, a new workload.
+        values["status"] = WorkloadStatus.DELETING.value
+        values["pending_reason"] = None
+        values[_PREEMPTED] = True
+    elif workload.is_preemptible:
+        values["status"] = WorkloadStatus.PENDING.value
+        values["started_at"] = None
+        values["pending_reason"] = f"preempted ({decision.cause.value}): {decision.reason}"
+        values[_PREEMPTED] = True
+    else:
+        values["status"] = WorkloadStatus.FAILED.value
+        values["finished_at"] = now
+        values["pending_reason"] = None
+
+
+def _move(session: Session, key: WorkloadKey, decision: Move, now: float) -> None:
+    session.execute(
+        update(TaskRow)
+        .where(
+            TaskRow.workload_id == key.workload_id,
+            TaskRow.task_index == decision.source.task_index,
+            TaskRow.state.in_(ACTIVE_TASKS),
+        )
+        .values(
+            state=TaskState.STOPPING.value,
+            stop_requested_at=now,
+            reason=f"moved ({decision.cause.value})",
+        )
+    )
+
+
+def _store_pending_reasons(
+    session: Session, built: BuiltSnapshot, result: CycleResult, fresh: set[str]
+) -> None:
+    """Write each pending workload's reason where it changed (most cycles: none)."""
+    ids = [built.keys[name].workload_id for name in result.pending_reasons]
+    if not ids:
+        return
+    stored: dict[int, str | None] = {}
+    for chunk_start in range(0, len(ids), 900):
+        chunk = ids[chunk_start : chunk_start + 900]
+        stored.update(
+            session.execute(
+                select(WorkloadRow.id, WorkloadRow.pending_reason).where(
+                    WorkloadRow.id.in_(chunk),
+                    WorkloadRow.status == WorkloadStatus.PENDING.value,
+                )
+            ).all()
+        )
+    changes = [
+        {"workload_id": built.keys[name].workload_id, "reason": reason}
+        for name, reason in result.pending_reasons.items()
+        if name not in fresh
+        and built.keys[name].workload_id in stored
+        and stored[built.keys[name].workload_id] != reason
+    ]
+    if changes:
+        session.connection().execute(
+            update(WORKLOADS)
+            .where(WORKLOADS.c.id == _bind("workload_id"))
+            .values(pending_reason=_bind("reason")),
+            changes,
+        )
+
+
+def _where(placement: TaskPlacement) -> str:
+    devices = ",".join(str(d) for d in placement.physical_devices)
+    return f"task {placement.task_index} on {placement.node} [{devices}]"
+
+
+def _update_workloads(session: Session, changes: dict[int, dict[str, object]]) -> None:
+    """Apply per-workload column changes with one executemany per set of columns, each
+    bumping `version` (and `preemptions` where `_PREEMPTED` is set)."""
+    groups: dict[tuple[str, ...], list[dict[str, object]]] = defaultdict(list)
+    for workload_id, values in changes.items():
+        columns = tuple(sorted(values))
+        params = {f"v_{c}": v for c, v in values.items() if c != _PREEMPTED}
+        params["b_workload"] = workload_id
+        groups[columns].append(params)
+    for columns, rows in groups.items():
+        assignments: dict[str, object] = {"version": WORKLOADS.c.version + 1}
+        for column in columns:
+            if column == _PREEMPTED:
+                assignments["preemptions"] = WORKLOADS.c.preemptions + 1
+            else:
+                assignments[column] = _bind(f"v_{column}")
+        session.connection().execute(
+            update(WORKLOADS).where(WORKLOADS.c.id == _bind("b_workload")).values(assignments),
+            rows,
+        )
+
+
+def _task_row(key: WorkloadKey, placement: TaskPlacement, now: float) -> dict[str, object]:
+    return {
+        "launch_id": uuid.uuid4().hex,
+        "workload_id": key.workload_id,
+        "task_index": placement.task_index,
+        "node": placement.node,
+        "devices": list(placement.devices),
+        "burst_device": placement.burst_device,
+        "state": TaskState.STARTING.value,
+        "created_at": now,
+    }
+
+
+def _event_row(
+    now: float, kind: str, key: WorkloadKey, message: str, node: str | None = None
+) -> dict[str, object]:
+    return eventlog.event_row(
+        now,
+        kind,
+        message,
+        project=key.project,
+        project_id=key.project_id,
+        workload=key.name,
+        workload_id=key.workload_id,
+        node=node,
+    )
