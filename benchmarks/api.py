@@ -662,7 +662,7 @@ def measure_loop(config: Config) -> LoopResult:
         t0 = time.perf_counter()
         with writer.begin() as session:
             now = clock.now_s()
-            project_service.create(session, ProjectIn(name=PROJECT_A), now, {})
+            project_service.create(session, ProjectIn(name=PROJECT_A), now, {}, "admin")
             project_service.create(
                 session,
                 ProjectIn.model_validate(
@@ -670,6 +670,7 @@ def measure_loop(config: Config) -> LoopResult:
                 ),
                 now,
                 {},
+                "admin",
             )
             _submit_in_process(session, PROJECT_A, config.workloads, admin, now)
         setup_s = time.perf_counter() - t0

@@ -52,6 +52,7 @@ def seed_state(engine: Engine, data_dir: Path, plan_: Plan) -> tuple[str, str]:
                 DepartmentIn.model_validate({"name": department, "quota": {"gpu": quota}}),
                 now_s,
                 {},
+                "admin",
             )
         for project in plan_.projects:
             body = ProjectIn.model_validate(
@@ -61,7 +62,7 @@ def seed_state(engine: Engine, data_dir: Path, plan_: Plan) -> tuple[str, str]:
                     "quota": {"gpu": project.quota_gpus},
                 }
             )
-            project_service.create(session, body, now_s, {})
+            project_service.create(session, body, now_s, {}, "admin")
         ids = dict(session.execute(select(ProjectRow.name, ProjectRow.id)).all())
         for project in plan_.projects:
             project.id = ids[project.name]
@@ -70,16 +71,21 @@ def seed_state(engine: Engine, data_dir: Path, plan_: Plan) -> tuple[str, str]:
             for member in project.members:
                 memberships[member].append(project.name)
         for user in plan_.users:
-            user_service.create(session, UserIn(name=user, projects=memberships[user]), now_s)
+            user_service.create(
+                session, UserIn(name=user, projects=memberships[user]), now_s, "admin"
+            )
         # The measured researcher: a member of three projects (the biggest, a middle one and
         # one without quota when there is one), as a typical user is.
         ranked = sorted(plan_.projects, key=lambda p: -p.quota_gpus)
         chosen = {ranked[0].name, ranked[len(ranked) // 2].name, ranked[-1].name}
         user_service.create(
-            session, UserIn(name=RESEARCHER, role=Role.RESEARCHER, projects=sorted(chosen)), now_s
+            session,
+            UserIn(name=RESEARCHER, role=Role.RESEARCHER, projects=sorted(chosen)),
+            now_s,
+            "admin",
         )
         row = user_service.get_row(session, RESEARCHER)
-        researcher_token = user_service.issue_token(session, row, "benchmark", now_s).token
+        researcher_token = user_service.issue_token(session, row, "benchmark", now_s, "admin").token
         for node in parse_simulated_nodes(f"{config.nodes}x{config.gpus_per_node}"):
             cluster_service.register(session, node, "simulated", now_s)
 
