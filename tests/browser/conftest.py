@@ -49,6 +49,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.browser)
+            # The slow tier: a Chromium and a live server per module, about 80 s of the
+            # default tier on 2 cores; CI runs them in `pytest -m slow`.
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.hookimpl(wrapper=True)

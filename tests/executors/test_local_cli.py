@@ -105,6 +105,7 @@ def test_two_half_gpu_workloads_share_one_device(cli: Cli) -> None:
     assert first == f"devices={shared[0]['index']}"
 
 
+@pytest.mark.slow  # waits out a real grace period: about 19 s
 def test_a_workload_that_ignores_sigterm_is_killed_after_its_grace(cli: Cli) -> None:
     stubborn = (
         "import signal, time; signal.signal(signal.SIGTERM, "
