@@ -488,3 +488,60 @@ def test_apply_decisions_drops_an_evicted_non_preemptible_workload() -> None:
     )
     after = apply_decisions(snapshot_of(job("p"), r), [evict("r")])
     assert [w.name for w in after.workloads] == ["p"]
+
+
+# --- every state change goes through one method ------------------------------------------------
+
+
+class Spy(SimulatedCluster):
+    """Writes down every `_change_state` call as (workload, from, to)."""
+
+    changes: list[tuple[str, State, State]]
+
+    def _change_state(
+        self, record: WorkloadRecord, state: State, **changes: object
+    ) -> WorkloadRecord:
+        self.changes.append((record.name, record.state, state))
+        return super()._change_state(record, state, **changes)
+
+
+def test_every_state_change_goes_through_change_state() -> None:
+    """Each workload's chain of recorded changes is unbroken and ends in its final state: a
+    state changed anywhere else would break the chain."""
+    script = Script(
+        {
+            0: [[bind("x", on("n1", 0)), bind("y", on("n1", 1)), bind("z", on("n2", 0))]],
+            10: [[evict("x"), evict("y")]],
+            40: [[bind("x", on("n1", 0))]],
+        }
+    )
+    settings = ClusterSettings(grace_period_s=30, cycle_every_instant=True)
+    cluster = Spy(NODES, PROJECTS, settings, script)
+    cluster.changes = []
+    cluster.add(job("x"), 100, State.PENDING)
+    cluster.add(job("y", preemptible=False, seq=1), 100, State.PENDING)
+    cluster.add(job("z", seq=2), None, State.PENDING)
+    cluster.add(job("w", seq=3), None, State.PENDING)
+    for t in (0, 10):
+        cluster.push_wakeup(t)
+    cluster.run(Recorder(cluster))
+    cluster.stop("w", State.SUSPENDED, 200, "suspended by its user")
+    cluster.stop("w", State.PENDING, 201, None)
+    cluster.stop("z", State.DELETED, 202, "deleted by its user")
+    for name, record in cluster.records.items():
+        state = State.PENDING
+        for changed, before, after in cluster.changes:
+            if changed == name:
+                assert before is state, (name, cluster.changes)
+                state = after
+        assert state is record.state, name
+    assert {(b, a) for _, b, a in cluster.changes} == {
+        (State.PENDING, State.RUNNING),
+        (State.RUNNING, State.STOPPING),
+        (State.STOPPING, State.PENDING),
+        (State.STOPPING, State.FAILED),
+        (State.RUNNING, State.SUCCEEDED),
+        (State.PENDING, State.SUSPENDED),
+        (State.SUSPENDED, State.PENDING),
+        (State.RUNNING, State.DELETED),
+    }

@@ -105,6 +105,8 @@ MAX_INSTANTS = 10_000
 
 @dataclass(frozen=True, slots=True)
 class DecisionRecord:
+    """One core decision: when, and in which cycle of the run."""
+
     at_s: int
     cycle: int
     """Cycle number within the whole run, from 1."""
