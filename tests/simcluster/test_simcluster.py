@@ -5,7 +5,7 @@ set differently; the drivers' own tests pin the settings they use end to end."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -54,6 +54,17 @@ def job(name: str, *, preemptible: bool = True, tasks: int = 1, seq: int = 0) ->
         tasks=tasks,
         preemptible=preemptible,
         submit_seq=seq,
+    )
+
+
+def running_job(
+    name: str, *, started_at_s: int, preemptible: bool = True, seq: int = 0
+) -> Workload:
+    """`name`, running on n1:0 since `started_at_s`."""
+    return replace(
+        job(name, preemptible=preemptible, seq=seq),
+        placements=(on("n1", 0),),
+        started_at_s=started_at_s,
     )
 
 
@@ -400,14 +411,7 @@ def test_the_snapshot_keeps_record_order_when_a_workload_comes_back() -> None:
 
 
 def test_a_running_workload_enters_with_its_start_and_completes_on_time() -> None:
-    started = Workload(
-        name="r",
-        project="a",
-        type=WorkloadType.TRAIN,
-        gpu=GpuRequest.whole(1),
-        placements=(on("n1", 0),),
-        started_at_s=-40,
-    )
+    started = running_job("r", started_at_s=-40)
     cluster, _, hooks = cluster_of({})
     cluster.add(started, 100, State.RUNNING)
     cluster.push_wakeup(0)
@@ -461,15 +465,7 @@ Check = Callable[[Snapshot], object]
 def test_apply_decisions_gives_the_snapshot_after_them(
     decision: Decision, expected: list[tuple[str, tuple[TaskPlacement, ...], int | None]]
 ) -> None:
-    r = Workload(
-        name="r",
-        project="a",
-        type=WorkloadType.TRAIN,
-        gpu=GpuRequest.whole(1),
-        placements=(on("n1", 0),),
-        started_at_s=7,
-        submit_seq=1,
-    )
+    r = running_job("r", started_at_s=7, seq=1)
     before = snapshot_of(job("p"), r)
     after = apply_decisions(before, [decision])
     assert [(w.name, w.placements, w.started_at_s) for w in after.workloads] == expected
@@ -477,15 +473,7 @@ def test_apply_decisions_gives_the_snapshot_after_them(
 
 
 def test_apply_decisions_drops_an_evicted_non_preemptible_workload() -> None:
-    r = Workload(
-        name="r",
-        project="a",
-        type=WorkloadType.TRAIN,
-        gpu=GpuRequest.whole(1),
-        preemptible=False,
-        placements=(on("n1", 0),),
-        started_at_s=0,
-    )
+    r = running_job("r", started_at_s=0, preemptible=False)
     after = apply_decisions(snapshot_of(job("p"), r), [evict("r")])
     assert [w.name for w in after.workloads] == ["p"]
 
