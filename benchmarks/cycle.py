@@ -54,10 +54,10 @@ from rich.console import Console
 from rich.table import Table
 
 from gpupool.cli.terminal import output_console
-from gpupool.core.apply import apply_decisions
 from gpupool.core.decisions import Bind, CycleResult, Evict, Move
 from gpupool.core.model import Snapshot
 from gpupool.core.observer import PHASES, CycleObserver
+from gpupool.simcluster.apply import apply_decisions
 
 TARGET_1K_MS = 100.0
 TARGET_10K_MS = 1000.0

@@ -26,9 +26,9 @@ from cycle_workload import (
     validate_snapshot,
 )
 
-from gpupool.core.apply import apply_decisions
 from gpupool.core.decisions import Bind, Evict, EvictionCause
 from gpupool.core.model import MILLI_PER_GPU, GpuRequest, Snapshot, TaskPlacement, Workload
+from gpupool.simcluster.apply import apply_decisions
 
 NODES = 10
 SEED = 7

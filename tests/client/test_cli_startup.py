@@ -19,6 +19,7 @@ from gpupool.core.policies import policy_names
 
 HEAVY = (
     "gpupool.sim.engine",
+    "gpupool.simcluster",
     "gpupool.sim.compare",
     "gpupool.sim.metrics",
     "gpupool.sim.fgd_refs",

@@ -11,7 +11,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from gpupool.core.apply import apply_decisions
 from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import Bind, CycleResult, Decision, Evict, Move, ProjectShare
 from gpupool.core.model import (
@@ -32,6 +31,7 @@ from gpupool.core.model import (
     Workload,
     WorkloadType,
 )
+from gpupool.simcluster.apply import apply_decisions
 
 # --------------------------------------------------------------------------------------------
 # Builders

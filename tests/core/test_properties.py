@@ -28,7 +28,6 @@ from dataclasses import dataclass, replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpupool.core.apply import apply_decisions
 from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import Bind, CycleResult, Evict, EvictionCause, Move
 from gpupool.core.model import (
@@ -51,6 +50,7 @@ from gpupool.core.model import (
     WorkloadType,
 )
 from gpupool.core.policies import policy_names
+from gpupool.simcluster.apply import apply_decisions
 
 from .helpers import (
     check_decisions,

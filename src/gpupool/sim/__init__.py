@@ -1,6 +1,7 @@
 """The simulator: replay a workload through the scheduling core in simulated time.
 
-- `engine`: the discrete-event engine (`run_simulation`) driving `run_cycle`;
+- `engine`: `run_simulation`, a trace through the simulated cluster (`gpupool.simcluster`)
+  into samples and outcomes;
 - `workload`, `cluster`: strict loaders of workload files (JSONL, CSV) and cluster files (YAML),
   the default cluster and the policies (`static`, `guaranteed`);
 - `synthetic`: the seeded synthetic lab workload;

@@ -1,7 +1,7 @@
 """A discrete-event simulation of the scheduling core over a workload, in simulated seconds.
 
 Events sit in a heap ordered by `(time_s, kind, seq)`: at one instant completions come before
-submissions before cycle wake-ups, and events of one kind in the order they were pushed (`seq`).
+submissions before cycle wake-ups; submissions in the order they were pushed (`seq`).
 Each instant, in this order:
 
   1. every event of the instant is processed: a completion ends its workload (succeeded) and
@@ -22,21 +22,21 @@ its last checkpoint (it loses the same progress, but is not counted as preempted
 spread and pack moves are live and lose nothing. A stale completion (its workload was evicted
 or restarted since) is recognised by its run `generation` and ignored.
 
-The snapshot is updated incrementally: nodes and projects are fixed tuples, workloads live in a
-dict and only those that change are replaced (`dataclasses.replace`). The engine has no clock
+The instants, decisions and bookkeeping are those of the one simulated cluster,
+`gpupool.simcluster`, under the simulator's settings (no grace period, the checkpoint interval,
+consolidation moves restart, only whole evictions counted, cycles only where something changed);
+this module turns a trace into its submissions and its run into samples and outcomes. No clock
 and no randomness: the same inputs give the same result.
 """
 
 from __future__ import annotations
 
-import enum
-import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from gpupool.core.cycle import run_cycle
-from gpupool.core.decisions import Bind, CycleResult, Decision, Evict, Move, MoveCause
+from gpupool.core.decisions import CycleResult, Decision
 from gpupool.core.model import (
     MILLI_PER_GPU,
     Node,
@@ -48,6 +48,20 @@ from gpupool.core.model import (
 from gpupool.gcpause import collector_paused
 from gpupool.sim.errors import SimulationError
 from gpupool.sim.workload import SimWorkload
+from gpupool.simcluster import (
+    ClusterSettings,
+    CoreContractError,
+    Event,
+    EventKind,
+    EventQueue,
+    SettleResult,
+    SettleStatus,
+    SimulatedCluster,
+    State,
+    WorkloadRecord,
+    checkpointed_s,
+    held_gpu_milli,
+)
 
 __all__ = [
     "CycleFunction",
@@ -97,58 +111,27 @@ class EngineSettings:
         if self.max_cycles_per_instant < 1:
             raise ValueError("max_cycles_per_instant must be at least 1")
 
-
-class EventKind(enum.IntEnum):
-    """Order of events at one instant: capacity is freed before new work is queued."""
-
-    COMPLETE = 0
-    SUBMIT = 1
-    CYCLE = 2
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Event:
-    time_s: int
-    kind: EventKind
-    seq: int
-    workload: str = field(default="", compare=False)
-    generation: int = field(default=0, compare=False)
-    """For a completion: the run it belongs to; a later run makes it stale."""
-
-
-class EventQueue:
-    """A heap of events; `seq` is the push order and breaks every tie."""
-
-    def __init__(self) -> None:
-        self._heap: list[Event] = []
-        self._seq = 0
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-    def push(self, time_s: int, kind: EventKind, workload: str = "", generation: int = 0) -> None:
-        heapq.heappush(self._heap, Event(time_s, kind, self._seq, workload, generation))
-        self._seq += 1
-
-    def next_time_s(self) -> int | None:
-        return self._heap[0].time_s if self._heap else None
-
-    def pop_instant(self) -> list[Event]:
-        """Every event of the earliest instant, in `(kind, seq)` order."""
-        if not self._heap:
-            return []
-        now = self._heap[0].time_s
-        out = []
-        while self._heap and self._heap[0].time_s == now:
-            out.append(heapq.heappop(self._heap))
-        return out
+    def cluster_settings(self) -> ClusterSettings:
+        """The simulated cluster as the simulator runs it."""
+        return ClusterSettings(
+            scheduler=self.scheduler,
+            grace_period_s=0,
+            checkpoint_interval_s=self.checkpoint_interval_s,
+            restart_on_consolidation=True,
+            count_partial_evictions=False,
+            not_preemptible_words=" (not preemptible)",
+            max_cycles_per_instant=self.max_cycles_per_instant,
+            confirming_cycles=0,
+            min_cycle_interval_s=self.min_cycle_interval_s,
+            cycle_every_instant=False,
+            completions_until_s=None,
+            skip_stale_instants=False,
+        )
 
 
-class OutcomeState(enum.StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
+OutcomeState = State
+"""A workload's state at the end: the simulated cluster's states. With no grace period and no
+user actions, a simulated workload ends pending, running, succeeded or failed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,16 +199,6 @@ class SimResult:
     """Instants whose cycles still decided something after `max_cycles_per_instant`."""
 
 
-def checkpointed_s(progress_s: int, interval_s: int) -> int:
-    """Progress kept after a stop: the last checkpoint (none when `interval_s` is 0)."""
-    return 0 if interval_s <= 0 else progress_s // interval_s * interval_s
-
-
-def held_gpu_milli(workload: Workload, memory_mib_by_node: dict[str, int]) -> int:
-    """GPU charged for `workload`'s running tasks, in milli-GPU."""
-    return sum(workload.gpu.milli_on(memory_mib_by_node[p.node]) for p in workload.placements)
-
-
 def run_simulation(
     nodes: Sequence[Node],
     projects: Sequence[Project],
@@ -248,42 +221,28 @@ def run_simulation(
         observer,
         progress,
     )
-    return engine.run()
+    try:
+        return engine.run()
+    except CoreContractError as error:
+        raise SimulationError(str(error)) from error
 
 
-# --- the engine ----------------------------------------------------------------------------------
+# --- the driver ----------------------------------------------------------------------------------
 
 
-class _State(enum.Enum):
-    PENDING = enum.auto()
-    RUNNING = enum.auto()
-    SUCCEEDED = enum.auto()
-    FAILED = enum.auto()
+def _paused(cycle: CycleFunction) -> CycleFunction:
+    """`cycle` with the garbage collector paused: a cycle allocates much and frees it all."""
 
+    def call(snapshot: Snapshot) -> CycleResult:
+        with collector_paused():
+            return cycle(snapshot)
 
-@dataclass(frozen=True, slots=True)
-class _Job:
-    """The engine's bookkeeping for one workload; `workload` is the core's view of it.
-
-    `progress_s` is the progress the current run started from (a checkpoint); the current run
-    started at `run_started_s`.
-    """
-
-    spec: SimWorkload
-    workload: Workload
-    state: _State = _State.PENDING
-    progress_s: int = 0
-    run_started_s: int | None = None
-    generation: int = 0
-    first_start_s: int | None = None
-    finish_s: int | None = None
-    evictions: int = 0
-    restarts: int = 0
-    lost_gpu_milli_s: int = 0
-    reason: str | None = None
+    return call
 
 
 class _Engine:
+    """The simulator's driver: submissions in, samples and outcomes out (the cluster's hooks)."""
+
     def __init__(
         self,
         nodes: tuple[Node, ...],
@@ -298,7 +257,6 @@ class _Engine:
         self._nodes = nodes
         self._projects = projects
         self._settings = settings
-        self._cycle = cycle
         self._fragmentation = fragmentation
         self._observer = observer
         self._progress = progress
@@ -307,8 +265,10 @@ class _Engine:
         parents = {p.parent for p in projects if p.parent is not None}
         self._leaves = tuple(p.name for p in projects if p.name not in parents)
         self._leaf_index = {name: i for i, name in enumerate(self._leaves)}
+        self._cluster = SimulatedCluster(
+            nodes, projects, settings.cluster_settings(), _paused(cycle)
+        )
         self._specs: dict[str, SimWorkload] = {}
-        self._queue = EventQueue()
         for workload in workloads:
             if workload.project not in self._leaf_index:
                 raise ValueError(
@@ -318,32 +278,14 @@ class _Engine:
             if workload.name in self._specs:
                 raise ValueError(f"workload name {workload.name!r} appears twice")
             self._specs[workload.name] = workload
-            self._queue.push(workload.submit_s, EventKind.SUBMIT, workload.name)
-        self._jobs: dict[str, _Job] = {}
-        self._active: dict[str, Workload] = {}
-        """Pending and running workloads, as the core sees them, in submission order."""
+            self._cluster.push_driver_event(workload.submit_s, workload=workload.name)
         self._submitted = 0
-        self._cycles = 0
-        self._instants = 0
         self._unsettled = 0
-        self._dirty = False
-        self._wakeup_queued = False
-        self._last_cycle_s: int | None = None
-        self._last_result: CycleResult | None = None
         self._samples: list[Sample] = []
 
     def run(self) -> SimResult:
-        until = self._settings.until_s
-        now = 0
-        self._sample(0, self._snapshot(0))
-        while self._queue:
-            upcoming = self._queue.next_time_s()
-            assert upcoming is not None
-            if until is not None and upcoming > until:
-                now = until
-                break
-            now = upcoming
-            self._instant(now, self._queue.pop_instant())
+        self._sample(0, self._cluster.snapshot(0))
+        end = self._cluster.run(self, until_s=self._settings.until_s)
         return SimResult(
             projects=self._leaves,
             quota_milli=tuple(
@@ -351,69 +293,17 @@ class _Engine:
             ),
             capacity_milli=sum(n.gpu_count for n in self._nodes) * MILLI_PER_GPU,
             samples=tuple(self._samples),
-            outcomes=tuple(self._outcome(job) for job in self._jobs.values()),
-            end_s=now,
-            instants=self._instants,
-            cycles=self._cycles,
+            outcomes=tuple(self._outcome(r) for r in self._cluster.records.values()),
+            end_s=end.end_s,
+            instants=self._cluster.instants,
+            cycles=self._cluster.cycles,
             unsettled_instants=self._unsettled,
         )
 
-    # --- one instant ---------------------------------------------------------------------------
+    # --- the hooks the simulated cluster calls -------------------------------------------------
 
-    def _instant(self, now: int, events: list[Event]) -> None:
-        self._instants += 1
-        changed = False
-        for event in events:
-            if event.kind is EventKind.COMPLETE:
-                changed |= self._complete(event, now)
-            elif event.kind is EventKind.SUBMIT:
-                self._submit(self._specs[event.workload])
-                changed = True
-            else:
-                self._wakeup_queued = False
-        self._dirty |= changed
-        snapshot: Snapshot | None = None
-        if self._dirty:
-            interval = self._settings.min_cycle_interval_s
-            if self._last_cycle_s is None or now >= self._last_cycle_s + interval:
-                snapshot = self._settle(now)
-                changed = True  # fair shares are new even when nothing was decided
-                self._dirty = False
-            elif not self._wakeup_queued:
-                self._queue.push(self._last_cycle_s + interval, EventKind.CYCLE)
-                self._wakeup_queued = True
-        if changed:
-            self._sample(now, snapshot or self._snapshot(now))
-        if self._progress is not None:
-            self._progress(now)
-
-    def _snapshot(self, now: int) -> Snapshot:
-        return Snapshot(
-            nodes=self._nodes,
-            projects=self._projects,
-            workloads=tuple(self._active.values()),
-            now_s=now,
-            settings=self._settings.scheduler,
-        )
-
-    def _settle(self, now: int) -> Snapshot:
-        """Cycles until one decides nothing; the snapshot of the cluster after them."""
-        self._last_cycle_s = now
-        for _ in range(self._settings.max_cycles_per_instant):
-            snapshot = self._snapshot(now)
-            with collector_paused():
-                result = self._cycle(snapshot)
-            self._cycles += 1
-            self._last_result = result
-            if not result.decisions:
-                return snapshot
-            self._apply(result.decisions, now)
-        self._unsettled += 1
-        return self._snapshot(now)
-
-    # --- events --------------------------------------------------------------------------------
-
-    def _submit(self, spec: SimWorkload) -> None:
+    def on_driver_event(self, event: Event, now_s: int) -> bool:
+        spec = self._specs[event.workload]
         workload = Workload(
             name=spec.name,
             project=spec.project,
@@ -425,141 +315,27 @@ class _Engine:
             submit_seq=self._submitted,
         )
         self._submitted += 1
-        self._jobs[spec.name] = _Job(spec, workload)
-        self._active[spec.name] = workload
-
-    def _complete(self, event: Event, now: int) -> bool:
-        job = self._jobs[event.workload]
-        if job.state is not _State.RUNNING or job.generation != event.generation:
-            return False
-        self._stop(job, _State.SUCCEEDED, now, progress_s=job.spec.duration_s)
+        self._cluster.add(workload, spec.duration_s, State.PENDING)
         return True
 
-    # --- decisions -----------------------------------------------------------------------------
+    def on_decision(self, now_s: int, cycle: int, decision: Decision) -> None:
+        return None
 
-    def _apply(self, decisions: tuple[Decision, ...], now: int) -> None:
-        for decision in decisions:
-            job = self._jobs.get(decision.workload)
-            if job is None or decision.workload not in self._active:
-                raise SimulationError(
-                    f"the core decided about {decision.workload!r} at t={now}, which is neither "
-                    "pending nor running"
-                )
-            if isinstance(decision, Bind):
-                self._bind(job, decision, now)
-            elif isinstance(decision, Evict):
-                self._evict(job, decision, now)
-            else:
-                self._move(job, decision, now)
+    def on_stop_finished(self, record: WorkloadRecord, now_s: int) -> None:
+        return None  # no grace period: evictions stop at once
 
-    def _set(self, job: _Job) -> None:
-        self._jobs[job.spec.name] = job
-        if job.state in (_State.PENDING, _State.RUNNING):
-            self._active[job.spec.name] = job.workload
-        else:
-            self._active.pop(job.spec.name, None)
+    def on_completed(self, record: WorkloadRecord, now_s: int) -> None:
+        return None
 
-    def _bind(self, job: _Job, bind: Bind, now: int) -> None:
-        placements = tuple(
-            sorted(job.workload.placements + bind.placements, key=lambda p: p.task_index)
-        )
-        if job.state is _State.RUNNING:
-            self._set(replace(job, workload=replace(job.workload, placements=placements)))
-            return
-        generation = job.generation + 1
-        self._set(
-            replace(
-                job,
-                workload=replace(job.workload, placements=placements, started_at_s=now),
-                state=_State.RUNNING,
-                run_started_s=now,
-                generation=generation,
-                first_start_s=now if job.first_start_s is None else job.first_start_s,
-                reason=None,
-            )
-        )
-        self._queue.push(
-            now + job.spec.duration_s - job.progress_s,
-            EventKind.COMPLETE,
-            job.spec.name,
-            generation,
-        )
+    def on_settled(self, now_s: int, result: SettleResult) -> None:
+        if result.status is SettleStatus.UNSETTLED:
+            self._unsettled += 1
 
-    def _evict(self, job: _Job, evict: Evict, now: int) -> None:
-        if job.state is not _State.RUNNING:
-            raise SimulationError(f"the core evicted {job.spec.name!r} at t={now}; not running")
-        if evict.task_indices:
-            gone = set(evict.task_indices)
-            kept = tuple(p for p in job.workload.placements if p.task_index not in gone)
-            if kept:
-                self._set(replace(job, workload=replace(job.workload, placements=kept)))
-                return
-        job = replace(job, evictions=job.evictions + 1)
-        progress = self._progress_s(job, now)
-        kept_s = checkpointed_s(progress, self._settings.checkpoint_interval_s)
-        job = self._lose(job, progress - kept_s)
-        why = f"evicted at t={now}: {evict.reason}"
-        if job.workload.is_preemptible:
-            self._stop(job, _State.PENDING, now, progress_s=kept_s, reason=why)
-        else:
-            self._stop(
-                job, _State.FAILED, now, progress_s=kept_s, reason=f"{why} (not preemptible)"
-            )
-
-    def _move(self, job: _Job, move: Move, now: int) -> None:
-        index = move.target.task_index
-        if all(p.task_index != index for p in job.workload.placements):
-            raise SimulationError(
-                f"the core moved task {index} of {job.spec.name!r} at t={now}; it is not running"
-            )
-        placements = tuple(
-            move.target if p.task_index == index else p for p in job.workload.placements
-        )
-        job = replace(job, workload=replace(job.workload, placements=placements))
-        if move.cause is not MoveCause.CONSOLIDATE:
-            self._set(job)
-            return
-        progress = self._progress_s(job, now)
-        kept_s = checkpointed_s(progress, self._settings.checkpoint_interval_s)
-        job = self._lose(job, progress - kept_s)
-        generation = job.generation + 1
-        self._set(
-            replace(
-                job,
-                progress_s=kept_s,
-                run_started_s=now,
-                generation=generation,
-                restarts=job.restarts + 1,
-            )
-        )
-        self._queue.push(
-            now + job.spec.duration_s - kept_s, EventKind.COMPLETE, job.spec.name, generation
-        )
-
-    def _progress_s(self, job: _Job, now: int) -> int:
-        started = job.run_started_s if job.run_started_s is not None else now
-        return job.progress_s + now - started
-
-    def _lose(self, job: _Job, lost_s: int) -> _Job:
-        held = held_gpu_milli(job.workload, self._memory)
-        return replace(job, lost_gpu_milli_s=job.lost_gpu_milli_s + lost_s * held)
-
-    def _stop(
-        self, job: _Job, state: _State, now: int, *, progress_s: int, reason: str | None = None
-    ) -> None:
-        finished = state in (_State.SUCCEEDED, _State.FAILED)
-        self._set(
-            replace(
-                job,
-                workload=replace(job.workload, placements=(), started_at_s=None),
-                state=state,
-                progress_s=progress_s,
-                run_started_s=None,
-                generation=job.generation + 1,
-                finish_s=now if finished else None,
-                reason=reason,
-            )
-        )
+    def on_instant_end(self, now_s: int, snapshot: Snapshot | None, changed: bool) -> None:
+        if changed:
+            self._sample(now_s, snapshot or self._cluster.snapshot(now_s))
+        if self._progress is not None:
+            self._progress(now_s)
 
     # --- results -------------------------------------------------------------------------------
 
@@ -576,9 +352,10 @@ class _Engine:
             held = held_gpu_milli(workload, self._memory)
             allocated[index] += held
             utilized[index] += held * self._specs[workload.name].mean_gpu_util_permille
+        last = self._cluster.last_result
         shares: dict[str, int] = {}
-        if self._last_result is not None:
-            shares = {p.name: p.fair_share.gpu_milli for p in self._last_result.projects}
+        if last is not None:
+            shares = {p.name: p.fair_share.gpu_milli for p in last.projects}
         fragmented, idle = (0, 0) if self._fragmentation is None else self._fragmentation(snapshot)
         sample = Sample(
             time_s=now,
@@ -597,11 +374,14 @@ class _Engine:
             return
         self._samples.append(sample)
 
-    def _outcome(self, job: _Job) -> WorkloadOutcome:
-        spec = job.spec
-        reason = job.reason
-        if job.state is _State.PENDING and self._last_result is not None:
-            reason = self._last_result.pending_reasons.get(spec.name, reason)
+    def _outcome(self, record: WorkloadRecord) -> WorkloadOutcome:
+        spec = self._specs[record.name]
+        reason = record.reason
+        last = self._cluster.last_result
+        if record.state is State.PENDING and last is not None:
+            reason = last.pending_reasons.get(spec.name, reason)
+        elif record.state is State.SUCCEEDED:
+            reason = None  # the outcome's reason says why it failed or waits, nothing else
         return WorkloadOutcome(
             name=spec.name,
             project=spec.project,
@@ -609,11 +389,11 @@ class _Engine:
             submit_s=spec.submit_s,
             gpu_milli=spec.tasks * spec.gpu.milli_on(self._default_memory_mib),
             duration_s=spec.duration_s,
-            state=OutcomeState(job.state.name.lower()),
-            first_start_s=job.first_start_s,
-            finish_s=job.finish_s,
-            evictions=job.evictions,
-            restarts=job.restarts,
-            lost_gpu_milli_s=job.lost_gpu_milli_s,
+            state=record.state,
+            first_start_s=record.first_start_s,
+            finish_s=record.finish_s,
+            evictions=record.evictions,
+            restarts=record.restarts,
+            lost_gpu_milli_s=record.lost_gpu_milli_s,
             reason=reason,
         )

@@ -2,7 +2,8 @@
 
 A scenario (format v1, see docs) is a small cluster, its projects and workloads, an optional
 timeline and expectations. `load_scenario` checks a file and builds core objects;
-`run_scenario` drives cycles and events and checks the expectations.
+`run_scenario` runs it on the simulated cluster (`gpupool.simcluster`) and checks the
+expectations (`checks`).
 """
 
 from gpupool.whatif.loader import ScenarioError, load_scenario, load_scenario_text
