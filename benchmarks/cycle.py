@@ -32,6 +32,7 @@ import argparse
 import dataclasses
 import gc
 import importlib
+import importlib.machinery
 import itertools
 import json
 import math
@@ -69,6 +70,15 @@ class RunCycle(Protocol):
     def __call__(
         self, snapshot: Snapshot, observer: CycleObserver | None = None
     ) -> CycleResult: ...
+
+
+def core_build() -> str:
+    """ "compiled" when `gpupool.core.cycle` was loaded from an extension module (a mypyc build,
+    benchmarks/compile_core.py), else "pure Python"."""
+    module = importlib.import_module("gpupool.core.cycle")
+    path = getattr(module, "__file__", None) or ""
+    compiled = path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+    return "compiled" if compiled else "pure Python"
 
 
 def load_run_cycle() -> RunCycle:
@@ -324,7 +334,7 @@ def render(
     what = "CPU ms" if clock == "cpu" else "ms"
     table = Table(
         title=f"gpupool: one scheduling cycle, {what} (median of {repeat}, seed {seed}, "
-        f"gc {gc_mode})",
+        f"gc {gc_mode}, core {core_build()})",
         caption="snapshot generation is not timed; 'other' = total - sum of phases; "
         "a→b: time ratio per 10x of nodes (linear: 10.0x); peak RSS: the process's "
         "(ru_maxrss), snapshot included, after this size",
@@ -501,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
             "clock": args.clock,
             "placement": args.placement,
             "python": sys.version.split()[0],
+            "core": core_build(),
             "results": [asdict(r) for r in results],
             "targets": targets(results),
         }

@@ -66,3 +66,13 @@ def test_steps_give_the_ratio_per_10x_of_nodes() -> None:
     (step,) = steps([_size(10, 1.0), _size(1000, 100.0)])
     assert step.total == pytest.approx(10.0)
     assert step.phases["allocate"] == pytest.approx(10.0)
+
+
+def test_the_title_says_whether_the_core_is_compiled(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the tests run the source tree: the core is the .py files
+    assert cycle.core_build() == "pure Python"
+    monkeypatch.setenv("COLUMNS", "60")
+    assert cycle.main(["--nodes", "3", "--repeat", "1"]) == 0
+    assert "core pure Python)" in capsys.readouterr().out

@@ -14,7 +14,7 @@ import bisect
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, Self
+from typing import ClassVar, Protocol, Self
 
 from gpupool.core.model import MILLI_PER_GPU
 
@@ -228,14 +228,14 @@ class PlacementPolicy:
     first) and register with `gpupool.core.policies.register`; `create` builds one for a run
     or a scheduling cycle."""
 
-    name = "base"
-    random_ties = False
+    name: ClassVar[str] = "base"
+    random_ties: ClassVar[bool] = False
     """True for a policy whose ties are its choice at random (`random`): `Packer` then breaks
     them with `pick` even when it has a node priority."""
-    loose = False
+    loose: ClassVar[bool] = False
     """The scheduling cycle offers a policy the nodes with the fewest empty devices first (it
     scores a bounded number of candidates); a spreading policy wants the emptiest first."""
-    whole_in_offered_order = False
+    whole_in_offered_order: ClassVar[bool] = False
     """True when, for whole-GPU pods, the policy's score only follows the order the cycle
     offers nodes in (fewest empty devices first, or most when `loose`): the cycle then takes
     the first node that fits without scoring the others."""
