@@ -13,12 +13,7 @@ import enum
 from gpupool.api.enums import Role as Role
 from gpupool.api.enums import WorkloadStatus as WorkloadStatus
 from gpupool.api.enums import WorkloadType as WorkloadType
-from gpupool.api.errors import (
-    ErrorDetail,
-    ErrorOut,
-    Health,
-    validation_error_out,
-)
+from gpupool.api.errors import ErrorDetail, ErrorOut, Health, validation_error_out
 from gpupool.api.fields import (
     NAME_PATTERN,
     CommandArg,
@@ -39,13 +34,7 @@ from gpupool.api.fields import (
     _NoControl,
     _Out,
 )
-from gpupool.api.nodes import (
-    DeviceIn,
-    DeviceOut,
-    DeviceShare,
-    NodeIn,
-    NodeOut,
-)
+from gpupool.api.nodes import DeviceIn, DeviceOut, DeviceShare, NodeIn, NodeOut
 from gpupool.api.projects import (
     Amounts,
     AmountsIn,
@@ -79,13 +68,7 @@ from gpupool.api.users import (
     UserIn,
     UserOut,
 )
-from gpupool.api.workloads import (
-    DryRunOut,
-    EventOut,
-    LogChunk,
-    PlacementOut,
-    WorkloadIn,
-)
+from gpupool.api.workloads import DryRunOut, EventOut, LogChunk, PlacementOut, WorkloadIn
 
 __all__ = [
     "NAME_PATTERN",
