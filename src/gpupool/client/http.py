@@ -8,21 +8,14 @@ all raises `ServerUnreachable`; both are `ClientError`s. The guide is docs/pytho
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from types import TracebackType
-from typing import Any, Literal, Self, TypeVar
+from collections.abc import Collection, Iterator, Sequence
+from typing import Literal
 from urllib.parse import quote
 
-import httpx
-from pydantic import BaseModel, ValidationError
-
-from gpupool import __version__
 from gpupool.api.schemas import (
     DepartmentIn,
     DeviceHistoryOut,
     DryRunOut,
-    ErrorDetail,
-    ErrorOut,
     EventOut,
     Health,
     HistoryOut,
@@ -50,7 +43,8 @@ from gpupool.api.schemas import (
     WorkloadStatus,
     WorkloadType,
 )
-from gpupool.client.config import effective_config
+from gpupool.client.errors import ApiError, ClientError, ServerUnreachable, WaitTimeout
+from gpupool.client.session import ApiSession, Params, _body
 
 __all__ = [
     "FINISHED",
@@ -64,9 +58,6 @@ __all__ = [
     "WorkloadSort",
 ]
 
-M = TypeVar("M", bound=BaseModel)
-Params = dict[str, str | int | float | list[str] | None]
-
 UsageBy = Literal["device", "project", "workload"]
 """What `GpupoolClient.usage` groups by."""
 WorkloadSort = Literal["name", "submitted_at", "status", "project", "gpu"]
@@ -77,57 +68,6 @@ FINISHED: frozenset[WorkloadStatus] = frozenset({WorkloadStatus.COMPLETED, Workl
 """The statuses a workload does not leave on its own: what `GpupoolClient.wait` waits for."""
 
 
-class ClientError(Exception):
-    """Base of the errors this client raises."""
-
-
-class ApiError(ClientError):
-    """The server answered with an error status.
-
-    `status` is the HTTP status (401 no or unknown token, 403 not allowed, 404 not found, 409
-    conflict: a name taken or a state that does not allow it, 422 invalid input), `detail` the
-    server's sentence saying what was wrong and how to fix it, `errors` one `ErrorDetail`
-    (`field`, `message`) per invalid field. `str(error)` is the detail and the field errors it
-    does not already say.
-    An answer this client cannot read also raises it, with the status of that answer.
-    """
-
-    def __init__(self, status: int, detail: str, errors: list[ErrorDetail] | None = None) -> None:
-        self.status = status
-        self.detail = detail
-        self.errors = list(errors or [])
-        lines = [detail] + [
-            f"{e.field}: {e.message}" if e.field else e.message
-            for e in errors or []
-            if e.message not in detail  # a field error the detail already says, said once
-        ]
-        super().__init__("\n  ".join(lines))
-
-
-class ServerUnreachable(ClientError):  # noqa: N818 - the name says it all
-    """No answer from the server: nothing listens there, a network error or a timeout."""
-
-    def __init__(self, url: str, reason: str) -> None:
-        self.url = url
-        self.reason = reason
-        super().__init__(
-            f"cannot reach the gpupool server at {url} ({reason}); is `gpupool server` running "
-            "there? Check the address with `gpupool config show`"
-        )
-
-
-class WaitTimeout(ClientError, TimeoutError):  # noqa: N818 - a TimeoutError, named like one
-    """`GpupoolClient.wait` gave up: the workload did not reach a wanted status in time."""
-
-    def __init__(self, project: str, name: str, status: WorkloadStatus, timeout_s: float) -> None:
-        self.project = project
-        self.name = name
-        self.status = status
-        """The last status seen."""
-        self.timeout_s = timeout_s
-        super().__init__(f"workload {project}/{name} is still {status} after {timeout_s:g} s")
-
-
 def _segment(name: str) -> str:
     return quote(name, safe="")
 
@@ -136,149 +76,13 @@ def _workload_path(project: str, name: str) -> str:
     return f"/api/v1/workloads/{_segment(project)}/{_segment(name)}"
 
 
-def _body(model: BaseModel) -> Any:
-    """The JSON body of a request model: only the fields that were set (PATCH semantics)."""
-    return model.model_dump(mode="json", exclude_unset=True)
-
-
-def error_from_response(response: httpx.Response) -> ApiError:
-    """The `ApiError` for an error answer: `ErrorOut`, FastAPI's default bodies, or plain text."""
-    status = response.status_code
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict):
-        try:
-            out = ErrorOut.model_validate(body)
-            return ApiError(status, out.detail, out.errors)
-        except ValidationError:
-            pass
-        items = body.get("detail")
-        if isinstance(items, list):  # FastAPI's default validation body
-            errors = [
-                ErrorDetail(
-                    field=".".join(str(p) for p in item.get("loc", [])[1:]) or None,
-                    message=str(item.get("msg", item)),
-                )
-                for item in items
-                if isinstance(item, dict)
-            ]
-            return ApiError(status, "the request is not valid", errors)
-    text = " ".join(response.text.split())[:200] or response.reason_phrase
-    return ApiError(status, f"HTTP {status}: {text}")
-
-
-class GpupoolClient:
+class GpupoolClient(ApiSession):
     """A synchronous client of one gpupool server; use it as a context manager or `close()` it.
 
     `base_url` is like http://127.0.0.1:8000; `token` is sent as a bearer token (only `health`
     needs none). `transport` replaces the network (tests); `timeout_s` bounds every request.
     `GpupoolClient.from_config()` reads both from the CLI's config file and environment.
     """
-
-    def __init__(
-        self,
-        base_url: str,
-        token: str | None,
-        timeout_s: float = 30,
-        *,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.timeout_s = timeout_s
-        headers = {"User-Agent": f"gpupool-cli/{__version__}", "Accept": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        self._http = httpx.Client(
-            base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport
-        )
-
-    @classmethod
-    def from_config(
-        cls,
-        environ: Mapping[str, str] | None = None,
-        timeout_s: float = 30,
-        *,
-        transport: httpx.BaseTransport | None = None,
-    ) -> Self:
-        """A client for the server and token the CLI uses: the config file (`$GPUPOOL_CONFIG`,
-        else ~/.config/gpupool/config.json) with `GPUPOOL_SERVER` and `GPUPOOL_TOKEN` on top.
-        `environ` replaces `os.environ`. Raises `NotLoggedInError` (a `ConfigError`) when no
-        server or no token is configured, `ConfigError` when the file cannot be read."""
-        server, token = effective_config(environ).login()
-        return cls(server, token, timeout_s, transport=transport)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the connections; the client cannot be used afterwards."""
-        self._http.close()
-
-    # -- plumbing ---------------------------------------------------------------------------
-
-    def _request(
-        self, method: str, path: str, *, params: Params | None = None, json: Any = None
-    ) -> httpx.Response:
-        query = {k: v for k, v in (params or {}).items() if v is not None}
-        try:
-            response = self._http.request(method, path, params=query, json=json)
-        except httpx.TimeoutException:
-            raise ServerUnreachable(
-                self.base_url, f"no answer within {self.timeout_s:g} s"
-            ) from None
-        except httpx.TransportError as error:
-            raise ServerUnreachable(self.base_url, str(error) or type(error).__name__) from None
-        except httpx.InvalidURL as error:
-            raise ServerUnreachable(self.base_url, f"not a valid URL: {error}") from None
-        if response.is_error:
-            raise error_from_response(response)
-        return response
-
-    def _json(self, response: httpx.Response) -> Any:
-        try:
-            return response.json()
-        except ValueError:
-            raise self._unexpected(response, "not JSON") from None
-
-    def _unexpected(self, response: httpx.Response, why: str) -> ApiError:
-        request = response.request
-        return ApiError(
-            response.status_code,
-            f"unexpected answer to {request.method} {request.url.path} ({why}); "
-            "is the server the same version as this client?",
-        )
-
-    def _one(self, model: type[M], response: httpx.Response) -> M:
-        try:
-            return model.model_validate(self._json(response))
-        except ValidationError as error:
-            raise self._unexpected(response, f"{error.error_count()} field(s) differ") from None
-
-    def _many(self, model: type[M], response: httpx.Response) -> list[M]:
-        body = self._json(response)
-        if not isinstance(body, list):
-            raise self._unexpected(response, "not a list")
-        try:
-            return [model.model_validate(item) for item in body]
-        except ValidationError as error:
-            raise self._unexpected(response, f"{error.error_count()} field(s) differ") from None
-
-    def _get(self, model: type[M], path: str, params: Params | None = None) -> M:
-        return self._one(model, self._request("GET", path, params=params))
-
-    def _post(self, model: type[M], path: str, body: BaseModel | None = None) -> M:
-        json = None if body is None else _body(body)
-        return self._one(model, self._request("POST", path, json=json))
 
     # -- service ----------------------------------------------------------------------------
 

@@ -1,0 +1,1 @@
+"""The API benchmark's parts; `benchmarks/api.py` is its command line."""

@@ -1,0 +1,152 @@
+"""One recording step of the history store: what the last cycle decided (`CycleFacts`) and what
+each project and device held and used at that moment (`make_step`, `read_step`)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpupool.core.decisions import CycleResult
+from gpupool.core.model import MILLI_PER_GPU, Snapshot
+from gpupool.executors.base import UsageSample
+from gpupool.server.db import ProjectRow
+from gpupool.server.services.cluster import Charge, charges
+
+DeviceKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class CycleFacts:
+    """What the recorder takes from one scheduling cycle."""
+
+    capacity_milli: int
+    pending_workloads: int
+    pending_milli: int
+    projects: tuple[tuple[str, int, int], ...]
+    """(name, holding milli-GPU, demand milli-GPU) of every project and department."""
+
+    @staticmethod
+    def of(result: CycleResult, snapshot: Snapshot) -> CycleFacts:
+        memory_mib = max((node.gpu_memory_mib for node in snapshot.nodes), default=81920)
+        by_name = {w.name: w for w in snapshot.workloads}
+        pending = [by_name[name] for name in result.pending_reasons if name in by_name]
+        return CycleFacts(
+            capacity_milli=sum(node.gpu_count for node in snapshot.nodes) * MILLI_PER_GPU,
+            pending_workloads=len(pending),
+            pending_milli=sum(w.gpu.milli_on(memory_mib) * w.tasks for w in pending),
+            projects=tuple(
+                (share.name, share.holding.gpu_milli, share.demand.gpu_milli)
+                for share in result.projects
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectPoint:
+    project_id: int
+    name: str
+    allocated_milli: int
+    requested_milli: int
+    utilized_milli: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePoint:
+    node: str
+    index: int
+    allocated_milli: int
+    utilized_milli: int | None
+    """Utilization % x 10; None without a fresh sample."""
+    memory_used_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One recording step: one sample of every bucket it falls into."""
+
+    at_s: float
+    capacity_milli: int
+    allocated_milli: int
+    utilized_milli: int | None
+    pending_workloads: int
+    pending_milli: int
+    projects: tuple[ProjectPoint, ...]
+    devices: tuple[DevicePoint, ...]
+    measured: bool = False
+    """Whether any device was measured: a project that held nothing is then known at 0."""
+
+
+def make_step(
+    at_s: float,
+    facts: CycleFacts,
+    project_ids: Mapping[str, int],
+    held: Sequence[Charge],
+    samples: Mapping[DeviceKey, UsageSample],
+) -> Step:
+    """The step at `at_s` from the cycle's facts, the charges on the devices and the devices'
+    fresh samples. Only projects in `project_ids` (not departments) are recorded."""
+    on_device: dict[DeviceKey, list[Charge]] = defaultdict(list)
+    for charge in held:
+        on_device[(charge.node, charge.device)].append(charge)
+    measured = bool(samples)
+    devices = []
+    used: dict[str, int | None] = {name: (0 if measured else None) for name in project_ids}
+    cluster_used: int | None = 0 if measured else None
+    for key in sorted(set(on_device) | set(samples)):
+        charged = on_device.get(key, [])
+        raw_milli = sum(charge.milli for charge in charged)
+        sample = samples.get(key)
+        utilized = (
+            None
+            if sample is None
+            else min(MILLI_PER_GPU, max(0, sample.utilization_percent) * MILLI_PER_GPU // 100)
+        )
+        devices.append(
+            DevicePoint(
+                key[0],
+                key[1],
+                min(MILLI_PER_GPU, raw_milli),
+                utilized,
+                sample.memory_used_mib if sample is not None else 0,
+            )
+        )
+        if raw_milli and cluster_used is not None:
+            cluster_used = None if utilized is None else cluster_used + utilized
+        for charge in charged:
+            before = used.get(charge.project)
+            if before is not None:
+                used[charge.project] = (
+                    None if utilized is None else before + utilized * charge.milli // raw_milli
+                )
+    holding = {name: (held_milli, demand) for name, held_milli, demand in facts.projects}
+    projects = tuple(
+        ProjectPoint(project_id, name, *holding.get(name, (0, 0)), used[name])
+        for name, project_id in sorted(project_ids.items())
+    )
+    return Step(
+        at_s=at_s,
+        capacity_milli=facts.capacity_milli,
+        allocated_milli=sum(p.allocated_milli for p in projects),
+        utilized_milli=cluster_used,
+        pending_workloads=facts.pending_workloads,
+        pending_milli=facts.pending_milli,
+        projects=projects,
+        devices=tuple(devices),
+        measured=measured,
+    )
+
+
+def read_step(
+    session: Session, at_s: float, facts: CycleFacts, samples: Mapping[DeviceKey, UsageSample]
+) -> Step:
+    """`make_step` with the projects and the charges of the tasks holding devices now."""
+    project_ids = dict(
+        session.execute(
+            select(ProjectRow.name, ProjectRow.id).where(ProjectRow.is_department.is_(False))
+        ).all()
+    )
+    return make_step(at_s, facts, project_ids, charges(session), samples)

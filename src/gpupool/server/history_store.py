@@ -1,0 +1,146 @@
+"""The history store's tables in the database: their resolutions and retention, and adding
+buckets' sums into their rows (`write`, `apply_retention`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+from sqlalchemy import Table, bindparam, case, delete, insert, select, update
+from sqlalchemy.orm import Session
+
+from gpupool.server.db import ClusterHistoryRow, DeviceHistoryRow, ProjectHistoryRow
+from gpupool.server.history_sums import Bucket, Sums, bucket_of
+
+MINUTE_S = 60
+HOUR_S = 3600
+MINUTE_RETENTION_S = 7 * 86_400
+HOUR_RETENTION_S = 365 * 86_400
+
+CLUSTER = cast(Table, ClusterHistoryRow.__table__)
+PROJECTS = cast(Table, ProjectHistoryRow.__table__)
+DEVICES = cast(Table, DeviceHistoryRow.__table__)
+
+
+def _common(sums: Sums) -> dict[str, int]:
+    return {
+        "samples": sums.samples,
+        "allocated_milli_sum": sums.allocated,
+        "utilized_milli_sum": sums.utilized,
+        "utilized_samples": sums.utilized_samples,
+    }
+
+
+def write(session: Session, minutes: Sequence[Bucket], now_s: float) -> None:
+    """Add `minutes` into the per-minute rows and into their hours' rows, then drop rows past
+    their retention (once per call)."""
+    if not minutes:
+        return
+    hours: dict[float, Bucket] = {}
+    for minute in minutes:
+        hour = bucket_of(minute.bucket_s, HOUR_S)
+        hours.setdefault(hour, Bucket(hour)).merge(minute)
+    for resolution_s, buckets in ((MINUTE_S, list(minutes)), (HOUR_S, list(hours.values()))):
+        _add_rows(
+            session,
+            CLUSTER,
+            (),
+            resolution_s,
+            [
+                (
+                    b.bucket_s,
+                    (),
+                    _common(b.cluster)
+                    | {
+                        "capacity_milli_sum": b.cluster.capacity,
+                        "pending_workloads_sum": b.cluster.pending_workloads,
+                        "pending_milli_sum": b.cluster.pending_milli,
+                    },
+                )
+                for b in buckets
+                if b.cluster.samples
+            ],
+        )
+        _add_rows(
+            session,
+            PROJECTS,
+            ("project_id",),
+            resolution_s,
+            [
+                (b.bucket_s, (project_id,), _common(s) | {"requested_milli_sum": s.requested})
+                for b in buckets
+                for project_id, s in b.projects.items()
+            ],
+        )
+        _add_rows(
+            session,
+            DEVICES,
+            ("node", "device_index"),
+            resolution_s,
+            [
+                (b.bucket_s, key, _common(s) | {"memory_used_max_mib": s.memory_max_mib})
+                for b in buckets
+                for key, s in b.devices.items()
+            ],
+        )
+    apply_retention(session, now_s)
+
+
+def apply_retention(session: Session, now_s: float) -> None:
+    for table in (CLUSTER, PROJECTS, DEVICES):
+        for resolution_s, keep_s in ((MINUTE_S, MINUTE_RETENTION_S), (HOUR_S, HOUR_RETENTION_S)):
+            session.execute(
+                delete(table).where(
+                    table.c.resolution_s == resolution_s, table.c.bucket_s < now_s - keep_s
+                )
+            )
+
+
+def _add_rows(
+    session: Session,
+    table: Table,
+    key_columns: tuple[str, ...],
+    resolution_s: int,
+    rows: list[tuple[float, tuple[Any, ...], dict[str, int]]],
+) -> None:
+    """Insert each row, or add its sums to the row already there (maxima for `_max_` columns).
+    Only the leader writes history, so a read-then-write needs no lock beyond the transaction."""
+    if not rows:
+        return
+    buckets = sorted({bucket for bucket, _, _ in rows})
+    existing = {
+        (row[1], *row[2:]): row[0]
+        for row in session.execute(
+            select(table.c.id, table.c.bucket_s, *(table.c[c] for c in key_columns)).where(
+                table.c.resolution_s == resolution_s, table.c.bucket_s.in_(buckets)
+            )
+        )
+    }
+    inserts: list[dict[str, Any]] = []
+    updates: list[dict[str, Any]] = []
+    for bucket, key, values in rows:
+        row_id = existing.get((bucket, *key))
+        if row_id is None:
+            inserts.append(
+                {"resolution_s": resolution_s, "bucket_s": bucket}
+                | dict(zip(key_columns, key, strict=True))
+                | values
+            )
+        else:
+            updates.append({"b_id": row_id} | {f"b_{name}": v for name, v in values.items()})
+    if inserts:
+        session.execute(insert(table), inserts)
+    if updates:
+        columns = list(updates[0])[1:]
+        assignments: dict[str, Any] = {}
+        for bound in columns:
+            name = bound[2:]
+            if "_max_" in name:
+                assignments[name] = case(
+                    (table.c[name] < bindparam(bound), bindparam(bound)), else_=table.c[name]
+                )
+            else:
+                assignments[name] = table.c[name] + bindparam(bound)
+        session.connection().execute(
+            update(table).where(table.c.id == bindparam("b_id")).values(assignments), updates
+        )
