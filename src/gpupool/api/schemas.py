@@ -21,6 +21,7 @@ from gpupool.api import limits
 from gpupool.api.enums import Role as Role
 from gpupool.api.enums import WorkloadStatus as WorkloadStatus
 from gpupool.api.enums import WorkloadType as WorkloadType
+from gpupool.core.lifecycle import TaskState as TaskState
 from gpupool.units import GpuAmount, parse_gpu, parse_gpu_limit, parse_gpu_quota, parse_memory_mib
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
@@ -72,15 +73,6 @@ EnvKey = Annotated[
 EnvValue = Annotated[
     str, Field(max_length=limits.ENV_VALUE_MAX), AfterValidator(limits.script_text)
 ]
-
-
-class TaskState(enum.StrEnum):
-    STARTING = "starting"
-    """Bound by the scheduler; the executor has not confirmed it runs yet."""
-    RUNNING = "running"
-    STOPPING = "stopping"
-    """Asked to stop (preempted, moved, suspended, deleted); its devices stay busy until gone."""
-    DONE = "done"
 
 
 class _In(BaseModel):
