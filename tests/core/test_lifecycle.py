@@ -163,7 +163,7 @@ def test_refused_task_events(state: str | None, event: TaskEvent) -> None:
 
 def test_an_event_that_removes_the_row_has_no_state_after_it() -> None:
     assert WORKLOAD.step("deleting", WorkloadEvent.REMOVE) is None
-    with pytest.raises(TransitionError):
+    with pytest.raises(ValueError, match="remove removes the workload's row: use `step`"):
         WORKLOAD.after("deleting", WorkloadEvent.REMOVE)
 
 

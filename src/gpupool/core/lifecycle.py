@@ -211,9 +211,11 @@ class Lifecycle(Generic[S, E]):
 
     def after(self, state: S | str | None, event: E) -> S:
         """As `step`, for an event that leaves a row (every event but those to `GONE`)."""
-        target = self.step(state, event)
+        target = self._next.get((state, event))  # one lookup: the scheduling loop's hot path
         if target is None:
-            raise TransitionError(self.kind, state, event, self.events_from(state))
+            if (state, event) in self._next:
+                raise ValueError(f"{event} removes the {self.kind}'s row: use `step`")
+            raise self._refused(state, event)
         return target
 
     def allows(self, state: S | str | None, event: E) -> bool:
