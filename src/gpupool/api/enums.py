@@ -1,10 +1,14 @@
 """The API's enums that command-line signatures name: in a module of their own, with nothing
-but `enum` to import, so that `gpupool --help` and friends need not load pydantic and the
-wire models (`gpupool.api.schemas` re-exports them)."""
+but `enum` (and the core's lifecycle, itself plain enums) to import, so that `gpupool --help`
+and friends need not load pydantic and the wire models (`gpupool.api.schemas` re-exports them).
+
+`WorkloadStatus` is the core's (`gpupool.core.lifecycle`): one enum, with its transitions."""
 
 from __future__ import annotations
 
 import enum
+
+from gpupool.core.lifecycle import WorkloadStatus as WorkloadStatus
 
 __all__ = ["Role", "WorkloadStatus", "WorkloadType"]
 
@@ -18,14 +22,3 @@ class WorkloadType(enum.StrEnum):
     TRAIN = "train"
     INTERACTIVE = "interactive"
     INFERENCE = "inference"
-
-
-class WorkloadStatus(enum.StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    COMPLETING = "completing"
-    """A task ended successfully; the others are finishing. Never restarted."""
-    SUSPENDED = "suspended"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    DELETING = "deleting"

@@ -3,12 +3,10 @@
 Every body is importable from here, as it always was. The bodies live in rooms by topic, and this
 module re-exports them: `fields` (field types and the `_In`/`_Out` bases), `projects`, `nodes`,
 `workloads` (a submission, its dry run, events and log), `users` (users, tokens, sessions),
-`usage` (top, names, usage, history) and `errors` (errors and health). Defined here: `TaskState`
-and the views of a workload with its tasks, which name it."""
+`usage` (top, names, usage, history) and `errors` (errors and health). Defined here: the views of a workload with
+its tasks (`TaskState` is the core lifecycle's, re-exported)."""
 
 from __future__ import annotations
-
-import enum
 
 from gpupool.api.enums import Role as Role
 from gpupool.api.enums import WorkloadStatus as WorkloadStatus
@@ -69,6 +67,7 @@ from gpupool.api.users import (
     UserOut,
 )
 from gpupool.api.workloads import DryRunOut, EventOut, LogChunk, PlacementOut, WorkloadIn
+from gpupool.core.lifecycle import TaskState as TaskState
 
 __all__ = [
     "NAME_PATTERN",
@@ -140,15 +139,6 @@ __all__ = [
     "_Out",
     "validation_error_out",
 ]
-
-
-class TaskState(enum.StrEnum):
-    STARTING = "starting"
-    """Bound by the scheduler; the executor has not confirmed it runs yet."""
-    RUNNING = "running"
-    STOPPING = "stopping"
-    """Asked to stop (preempted, moved, suspended, deleted); its devices stay busy until gone."""
-    DONE = "done"
 
 
 class TaskOut(_Out):

@@ -8,6 +8,8 @@
 - `remove_deleted`: workloads being deleted are removed once none of their tasks is live.
 
 Each function opens its own write transaction; `after_task_end` works inside the caller's.
+Every status and task state written here is the lifecycle table's (`gpupool.core.lifecycle`):
+this module decides which event happened, the table what it leads to.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from sqlalchemy.orm import Session, load_only, sessionmaker
 
 from gpupool.api.schemas import TaskState, WorkloadStatus
 from gpupool.clock import Clock
+from gpupool.core.lifecycle import TASK, WORKLOAD, TaskEvent, WorkloadEvent
 from gpupool.executors.base import Executor, Exit
 from gpupool.server import eventlog
 from gpupool.server.db import ProjectRow, TaskRow, WorkloadRow
@@ -30,6 +33,8 @@ TASKS = cast(Table, TaskRow.__table__)
 
 COMPLETED = "completed"
 """A task's reason once it has ended by itself with exit code 0."""
+_DONE = TASK.target(TaskEvent.END).value
+_STOPPING = TASK.target(TaskEvent.STOP).value
 
 _AFTER_END_COLUMNS = load_only(
     WorkloadRow.name,
@@ -58,13 +63,13 @@ def collect(writer: sessionmaker[Session], executor: Executor, clock: Clock) -> 
         ended: dict[int, list[Exit]] = defaultdict(list)
         updates = []
         for task_id, launch_id, workload_id, state in rows:
-            if state == TaskState.DONE.value:
-                continue
+            if not TASK.allows(state, TaskEvent.END):
+                continue  # done already: an exit reported again after a crash
             end = by_launch[launch_id]
             updates.append(
                 {
                     "task_id": task_id,
-                    "state": TaskState.DONE.value,
+                    "state": TASK.after(state, TaskEvent.END).value,
                     "finished_at": end.finished_at_s,
                     "exit_code": end.exit_code,
                     "reason": (COMPLETED if not end.stopped and end.exit_code == 0 else end.reason),
@@ -115,7 +120,7 @@ def after_task_end(
     ):
         if natural_exit.exit_code != 0:
             stop_live(session, workload_id, now, "another task of the workload failed")
-            workload.status = WorkloadStatus.FAILED.value
+            workload.status = WORKLOAD.after(workload.status, WorkloadEvent.FAIL).value
             workload.finished_at = now
             workload.pending_reason = None
             _event(
@@ -126,9 +131,9 @@ def after_task_end(
                 f"a task exited with code {natural_exit.exit_code}: {natural_exit.reason}",
             )
         elif live:
-            workload.status = WorkloadStatus.COMPLETING.value
+            workload.status = WORKLOAD.after(workload.status, WorkloadEvent.TASK_SUCCEEDED).value
         else:
-            workload.status = WorkloadStatus.COMPLETED.value
+            workload.status = WORKLOAD.after(workload.status, WorkloadEvent.SUCCEED).value
             workload.finished_at = now
             _event(session, now, "completed", workload, "all tasks finished")
         workload.version += 1
@@ -142,7 +147,7 @@ def after_task_end(
     ):
         # The tasks finished by themselves just as they were asked to stop (suspended,
         # preempted, or the server died in between): the work is done, do not run it again.
-        workload.status = WorkloadStatus.COMPLETED.value
+        workload.status = WORKLOAD.after(workload.status, WorkloadEvent.SUCCEED).value
         workload.finished_at = now
         workload.pending_reason = None
         workload.version += 1
@@ -151,12 +156,12 @@ def after_task_end(
             "all tasks finished before the stop took effect",
         )  # fmt: skip
     elif workload.status == WorkloadStatus.COMPLETING.value and not live:
-        workload.status = WorkloadStatus.COMPLETED.value
+        workload.status = WORKLOAD.after(workload.status, WorkloadEvent.SUCCEED).value
         workload.finished_at = now
         workload.version += 1
         _event(session, now, "completed", workload, "all tasks finished")
     elif workload.status == WorkloadStatus.RUNNING.value and not live:
-        workload.status = WorkloadStatus.PENDING.value
+        workload.status = WORKLOAD.after(workload.status, WorkloadEvent.REQUEUE).value
         workload.started_at = None
         workload.pending_reason = "its tasks ended unexpectedly; waiting to run again"
         workload.version += 1
@@ -181,7 +186,7 @@ def stop_live(session: Session, workload_id: int, now: float, reason: str) -> No
     session.execute(
         update(TaskRow)
         .where(TaskRow.workload_id == workload_id, TaskRow.state.in_(ACTIVE_TASKS))
-        .values(state=TaskState.STOPPING.value, stop_requested_at=now, reason=reason)
+        .values(state=_STOPPING, stop_requested_at=now, reason=reason)
     )
 
 
@@ -209,7 +214,7 @@ def recover(writer: sessionmaker[Session], executor: Executor, clock: Clock) -> 
                 update(TaskRow)
                 .where(TaskRow.id == task_id)
                 .values(
-                    state=TaskState.DONE.value,
+                    state=_DONE,
                     finished_at=now,
                     exit_code=-1,
                     reason="lost: the executor does not know this task after a restart",
@@ -241,11 +246,15 @@ def end_unstarted(
         session.execute(
             update(TaskRow)
             .where(TaskRow.id.in_([task_id for task_id, _ in rows]))
-            .values(state=TaskState.DONE.value, finished_at=now)
+            .values(state=_DONE, finished_at=now)
         )
         for workload_id in sorted({workload_id for _, workload_id in rows}):
             after_task_end(session, workload_id, now, natural_exit=None)
     return unstarted
+
+
+_REMOVABLE = tuple(status.value for status in WORKLOAD.sources(WorkloadEvent.REMOVE))
+"""Deleting: the status whose rows go once none of their tasks is live."""
 
 
 def remove_deleted(writer: sessionmaker[Session], clock: Clock) -> None:
@@ -256,7 +265,7 @@ def remove_deleted(writer: sessionmaker[Session], clock: Clock) -> None:
             select(WorkloadRow.id, WorkloadRow.name, ProjectRow.name, ProjectRow.id)
             .join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
             .where(
-                WorkloadRow.status == WorkloadStatus.DELETING.value,
+                WorkloadRow.status.in_(_REMOVABLE),
                 WorkloadRow.id.not_in(live),
             )
         ).all()

@@ -25,6 +25,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.api.schemas import WorkloadStatus
+from gpupool.core.lifecycle import NEW, WORKLOAD, WorkloadEvent
 from gpupool.executors.kubernetes.objects import ExternalPod
 from gpupool.server import eventlog
 from gpupool.server.db import ProjectRow, TaskRow, WorkloadRow
@@ -98,7 +99,8 @@ def sync(session: Session, pods: Sequence[ExternalPod], now_s: float) -> int:
         if row.status in (WorkloadStatus.PENDING.value, WorkloadStatus.SUSPENDED.value):
             waiting = sorted((p for p in group if p.node is None), key=_order)
             if not waiting:
-                _remove(session, row.id, row.project_id, names.get(row.project_id), row.name, now_s)
+                project = names.get(row.project_id)
+                _remove(session, row.id, row.status, row.project_id, project, row.name, now_s)
                 changed += 1
                 continue
             refs = [pod_ref(p) for p in waiting]
@@ -123,7 +125,8 @@ def sync(session: Session, pods: Sequence[ExternalPod], now_s: float) -> int:
                 .limit(1)
             )
             if live is None:
-                _remove(session, row.id, row.project_id, names.get(row.project_id), row.name, now_s)
+                project = names.get(row.project_id)
+                _remove(session, row.id, row.status, row.project_id, project, row.name, now_s)
                 changed += 1
     changed += _create(session, groups, busy, project_ids, now_s)
     return changed
@@ -145,11 +148,14 @@ def _group_reason(pods: int, min_available: int | None) -> str | None:
 def _remove(
     session: Session,
     workload_id: int,
+    status: str,
     project_id: int,
     project: str | None,
     name: str,
     now_s: float,
 ) -> None:
+    """Its pods are gone before it finished: the row goes (`vanish` in the lifecycle table)."""
+    WORKLOAD.step(status, WorkloadEvent.VANISH)
     session.execute(delete(TaskRow).where(TaskRow.workload_id == workload_id))
     session.execute(delete(WorkloadRow).where(WorkloadRow.id == workload_id))
     eventlog.add(
@@ -205,7 +211,8 @@ def _create(
         name = workload_name(first.group or first.name, taken[project_id], first.uid)
         taken[project_id].add(name)
         problem = first.problem or _mismatch(group)
-        status = WorkloadStatus.FAILED.value if problem else WorkloadStatus.PENDING.value
+        birth = WorkloadEvent.REJECT if problem else WorkloadEvent.SUBMIT
+        status = WORKLOAD.after(NEW, birth).value
         refs = [pod_ref(p) for p in group]
         rows.append(
             {

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpupool.api.schemas import TaskState
 from gpupool.clock import Clock
+from gpupool.core.lifecycle import TASK, TaskEvent
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.executors.base import Executor, Launch, Stop
 from gpupool.server import exits, external, isolation, quarantine
@@ -28,6 +29,9 @@ from gpupool.server.rowcheck import launch_problem
 from gpupool.server.snapshot import SCHEDULED, gpu_request
 
 TASKS = cast(Table, TaskRow.__table__)
+(_STARTABLE,) = TASK.sources(TaskEvent.STARTED)
+"""Starting: the one task state the executor's start moves on (to `_STARTED`)."""
+_STARTED = TASK.target(TaskEvent.STARTED)
 
 
 class Launches:
@@ -169,8 +173,8 @@ class Launches:
             session.connection().execute(
                 update(TASKS)
                 .where(TASKS.c.launch_id == _bind("launch"))
-                .where(TASKS.c.state == TaskState.STARTING.value)
-                .values(state=TaskState.RUNNING.value, started_at=_bind("now")),
+                .where(TASKS.c.state == _STARTABLE.value)
+                .values(state=_STARTED.value, started_at=_bind("now")),
                 started,
             )
 

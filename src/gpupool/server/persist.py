@@ -1,24 +1,28 @@
 """Writing one cycle's decisions, in one transaction, each only if its workload is unchanged.
 
 A decision counts only if its workload's `version` is still the one the snapshot read (a user
-may have suspended or deleted it meanwhile). A bind adds task rows in state `starting` with a
-new launch id; an eviction or a move marks tasks `stopping` (a move also adds the new task);
-each decision adds an event, and pending workloads get their reason where it changed. Rows are
-written in batches: one executemany per kind of change.
+may have suspended or deleted it meanwhile) and the lifecycle table (`gpupool.core.lifecycle`)
+allows its change from the status the snapshot read; otherwise it is left out, as a stale one
+is. Every status and task state written here comes from that table. A bind adds task rows in
+state `starting` with a new launch id; an eviction or a move marks tasks `stopping` (a move
+also adds the new task); each decision adds an event, and pending workloads get their reason
+where it changed. Rows are written in batches: one executemany per kind of change.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import cast
 
 from sqlalchemy import Table, insert, or_, select, update
 from sqlalchemy import bindparam as _bind
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpupool.api.schemas import TaskState, WorkloadStatus
-from gpupool.core.decisions import Bind, CycleResult, Evict, EvictionCause, Move
+from gpupool.api.schemas import WorkloadStatus
+from gpupool.core.decisions import Bind, CycleResult, Decision, Evict, EvictionCause, Move
+from gpupool.core.lifecycle import NEW, TASK, WORKLOAD, TaskEvent, TransitionError, WorkloadEvent
 from gpupool.core.model import TaskPlacement, Workload
 from gpupool.server import eventlog
 from gpupool.server.db import TaskRow, WorkloadRow
@@ -29,6 +33,12 @@ WORKLOADS = cast(Table, WorkloadRow.__table__)
 
 _PREEMPTED = "_preempted"
 """Marks a workload change that counts one more preemption."""
+_STOPPING = TASK.target(TaskEvent.STOP).value
+_STARTING = TASK.after(NEW, TaskEvent.BIND).value
+_BIND, _PREEMPT = WorkloadEvent.BIND, WorkloadEvent.PREEMPT
+_DELETE, _FAIL = WorkloadEvent.DELETE, WorkloadEvent.FAIL
+"""By module name: in Python 3.11 reading an enum member from its class costs ten times a
+global, and `_statuses` reads one per decision."""
 
 
 def write(
@@ -46,12 +56,14 @@ def write(
                 )
             ).all()
         )
+        by_name = {w.name: w for w in built.snapshot.workloads}
         fresh = {
             name
             for name in touched
             if current.get(built.keys[name].workload_id) == built.keys[name].version
         }
-        by_name = {w.name: w for w in built.snapshot.workloads}
+        statuses, refused = _statuses(result.decisions, built, by_name)
+        fresh -= refused
         tasks: list[dict[str, object]] = []
         events: list[dict[str, object]] = []
         changed: dict[str, dict[str, object]] = {}
@@ -65,7 +77,7 @@ def write(
                 for placement in decision.placements:
                     tasks.append(_task_row(key, placement, now))
                 values = changed.setdefault(decision.workload, {})
-                values["status"] = WorkloadStatus.RUNNING.value
+                values["status"] = statuses[decision.workload]
                 values["pending_reason"] = None
                 if not by_name[decision.workload].placements:
                     values["started_at"] = now
@@ -76,7 +88,7 @@ def write(
             elif isinstance(decision, Evict):
                 counts["evict"] += 1
                 counts[decision.cause.value] += 1
-                _evict(by_name[decision.workload], key, decision, now, changed, stops)
+                _evict(by_name[decision.workload], key, decision, now, changed, stops, statuses)
                 events.append(_event_row(now, "evicted", key, decision.reason))
             else:
                 counts["move"] += 1
@@ -104,7 +116,7 @@ def write(
                     TASKS.c.task_index == _bind("b_index"),
                     or_(*(TASKS.c.state == state for state in ACTIVE_TASKS)),
                 )
-                .values(state=TaskState.STOPPING.value, stop_requested_at=now, reason=_bind("why")),
+                .values(state=_STOPPING, stop_requested_at=now, reason=_bind("why")),
                 stops,
             )
         _update_workloads(session, {built.keys[n].workload_id: v for n, v in changed.items()})
@@ -119,28 +131,64 @@ def _evict(
     now: float,
     changed: dict[str, dict[str, object]],
     stops: list[dict[str, object]],
+    statuses: dict[str, str],
 ) -> None:
-    """Note the tasks to stop and the workload's new state (written in batches)."""
+    """Note the tasks to stop and the workload's new state (written in batches); `statuses`:
+    each workload's status after its decisions, from the lifecycle table."""
     indices = decision.task_indices or tuple(p.task_index for p in workload.placements)
     why = f"{decision.cause.value}: {decision.reason}"
     stops.extend({"b_workload": key.workload_id, "b_index": index, "why": why} for index in indices)
     if decision.task_indices:
         return
     values = changed.setdefault(decision.workload, {})
-    if key.external:
+    event = _eviction_event(workload, key)
+    values["status"] = statuses[decision.workload]
+    if event is _DELETE:
         # A pod cannot come back once evicted: its owner makes a new one, a new workload.
-        values["status"] = WorkloadStatus.DELETING.value
         values["pending_reason"] = None
         values[_PREEMPTED] = True
-    elif workload.is_preemptible:
-        values["status"] = WorkloadStatus.PENDING.value
+    elif event is _PREEMPT:
         values["started_at"] = None
         values["pending_reason"] = f"preempted ({decision.cause.value}): {decision.reason}"
         values[_PREEMPTED] = True
     else:
-        values["status"] = WorkloadStatus.FAILED.value
         values["finished_at"] = now
         values["pending_reason"] = None
+
+
+def _eviction_event(workload: Workload, key: WorkloadKey) -> WorkloadEvent:
+    """What evicting the whole workload does to it: an external pod is gone (its owner makes
+    a new one), a preemptible workload waits again, any other fails."""
+    if key.external:
+        return _DELETE
+    if workload.is_preemptible:
+        return _PREEMPT
+    return _FAIL
+
+
+def _statuses(
+    decisions: Iterable[Decision], built: BuiltSnapshot, by_name: dict[str, Workload]
+) -> tuple[dict[str, str], set[str]]:
+    """Each decided workload's status after its decisions, in order, from the status the
+    snapshot read, and the workloads with a decision the lifecycle table refuses (a core that
+    broke its contract): none of theirs is written, as for a stale one, so that one bad
+    decision cannot stop every cycle's writes."""
+    statuses: dict[str, str] = {}
+    refused: set[str] = set()
+    for decision in decisions:
+        key = built.keys[decision.workload]
+        if isinstance(decision, Bind):
+            event = _BIND
+        elif isinstance(decision, Evict) and not decision.task_indices:
+            event = _eviction_event(by_name[decision.workload], key)
+        else:
+            continue  # a move or a partial eviction stops tasks only
+        status = statuses.get(decision.workload, key.status)
+        try:
+            statuses[decision.workload] = WORKLOAD.after(status, event).value
+        except TransitionError:
+            refused.add(decision.workload)
+    return statuses, refused
 
 
 def _move(session: Session, key: WorkloadKey, decision: Move, now: float) -> None:
@@ -152,7 +200,7 @@ def _move(session: Session, key: WorkloadKey, decision: Move, now: float) -> Non
             TaskRow.state.in_(ACTIVE_TASKS),
         )
         .values(
-            state=TaskState.STOPPING.value,
+            state=_STOPPING,
             stop_requested_at=now,
             reason=f"moved ({decision.cause.value})",
         )
@@ -228,7 +276,7 @@ def _task_row(key: WorkloadKey, placement: TaskPlacement, now: float) -> dict[st
         "node": placement.node,
         "devices": list(placement.devices),
         "burst_device": placement.burst_device,
-        "state": TaskState.STARTING.value,
+        "state": _STARTING,
         "created_at": now,
     }
 

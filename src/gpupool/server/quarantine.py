@@ -19,7 +19,7 @@ from typing import cast
 from sqlalchemy import Table, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpupool.api.schemas import TaskState, WorkloadStatus
+from gpupool.core.lifecycle import TASK, WORKLOAD, TaskEvent, WorkloadEvent
 from gpupool.server import eventlog
 from gpupool.server.db import ProjectRow, TaskRow, WorkloadRow
 from gpupool.server.dbfaults import is_outage
@@ -27,11 +27,8 @@ from gpupool.server.dbfaults import is_outage
 WORKLOADS = cast(Table, WorkloadRow.__table__)
 TASKS = cast(Table, TaskRow.__table__)
 
-_FINISHED = (
-    WorkloadStatus.COMPLETED.value,
-    WorkloadStatus.FAILED.value,
-    WorkloadStatus.DELETING.value,
-)
+_STOPPABLE = tuple(state.value for state in TASK.sources(TaskEvent.STOP))
+_STOPPING = TASK.target(TaskEvent.STOP).value
 _MAX_REASON = 1000
 
 
@@ -49,14 +46,14 @@ def fail(session: Session, workload_id: int, reason: str, now: float) -> bool:
         .join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
         .where(WorkloadRow.id == workload_id)
     ).first()
-    if found is None or found[2] in _FINISHED:
-        return False
-    name, project, _, project_id = found
+    if found is None or not WORKLOAD.allows(found[2], WorkloadEvent.FAIL):
+        return False  # gone, or over already (completed, failed, being deleted)
+    name, project, status, project_id = found
     session.execute(
         update(WORKLOADS)
         .where(WORKLOADS.c.id == workload_id)
         .values(
-            status=WorkloadStatus.FAILED.value,
+            status=WORKLOAD.after(status, WorkloadEvent.FAIL).value,
             finished_at=now,
             pending_reason=f"failed: {reason}",
             version=WORKLOADS.c.version + 1,
@@ -66,10 +63,10 @@ def fail(session: Session, workload_id: int, reason: str, now: float) -> bool:
         update(TASKS)
         .where(
             TASKS.c.workload_id == workload_id,
-            TASKS.c.state.in_((TaskState.STARTING.value, TaskState.RUNNING.value)),
+            TASKS.c.state.in_(_STOPPABLE),
         )
         .values(
-            state=TaskState.STOPPING.value,
+            state=_STOPPING,
             stop_requested_at=now,
             reason=f"its workload failed: {reason}",
         )

@@ -18,6 +18,7 @@ from sqlalchemy import Text, cast, select
 from sqlalchemy.orm import Session
 
 from gpupool.api.schemas import TaskState, WorkloadStatus
+from gpupool.core.lifecycle import TASK, TaskEvent
 from gpupool.core.model import (
     GpuRequest,
     GpuRequestKind,
@@ -45,10 +46,12 @@ SCHEDULED = (
     WorkloadStatus.COMPLETING.value,
 )
 """Workload states the snapshot gives the core (completing ones as their running tasks)."""
-ACTIVE_TASKS = (TaskState.STARTING.value, TaskState.RUNNING.value)
-"""Task states of a task that runs or is about to: what an eviction, a move or a failure stops."""
-LIVE_TASKS = (*ACTIVE_TASKS, TaskState.STOPPING.value)
-"""Task states of a task that still holds its devices."""
+ACTIVE_TASKS = tuple(state.value for state in TASK.sources(TaskEvent.STOP))
+"""Task states of a task that runs or is about to: what an eviction, a move or a failure stops
+(starting, running: the states the lifecycle table lets `stop` leave)."""
+LIVE_TASKS = tuple(state.value for state in TASK.sources(TaskEvent.END))
+"""Task states of a task that still holds its devices (starting, running, stopping: all but
+done, the states `end` leaves)."""
 
 
 def core_workload(
@@ -97,6 +100,8 @@ class WorkloadKey:
     external: bool = False
     """Pods someone else created (Kubernetes): never moved, and gone once evicted."""
     project_id: int = 0
+    status: str = WorkloadStatus.PENDING.value
+    """Its status as the snapshot read it: the from-state of the decision's transition."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +218,7 @@ def build_snapshot(session: Session, now_s: float, settings: SchedulerSettings) 
             bad[row.id] = str(error) if isinstance(error, _BadRowError) else describe(error)
             continue
         keys[workload.name] = WorkloadKey(
-            row.id, row.version, project, row.name, external, row.project_id
+            row.id, row.version, project, row.name, external, row.project_id, row.status
         )
         workloads.append(workload)
     return BuiltSnapshot(

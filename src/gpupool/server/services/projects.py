@@ -17,18 +17,18 @@ from gpupool.api.schemas import (
     WorkloadStatus,
 )
 from gpupool.core.decisions import ProjectShare
+from gpupool.core.lifecycle import WORKLOAD, WorkloadEvent
 from gpupool.core.model import Resources
 from gpupool.server import eventlog
 from gpupool.server.db import MembershipRow, NodeRow, ProjectRow, WorkloadRow
 from gpupool.server.errors import ApiError, conflict, invalid, not_found
 from gpupool.units import format_gpu_milli
 
-LIVE_STATUSES = (
-    WorkloadStatus.PENDING.value,
-    WorkloadStatus.RUNNING.value,
-    WorkloadStatus.SUSPENDED.value,
-    WorkloadStatus.DELETING.value,
+LIVE_STATUSES = tuple(
+    s.value for s in WorkloadStatus if not WORKLOAD.allows(s, WorkloadEvent.PURGE)
 )
+"""Workloads that keep their project from being deleted: all but the finished ones (the
+lifecycle table's `purge`). Completing counts: its tasks still run."""
 
 
 def _kind(is_department: bool) -> str:

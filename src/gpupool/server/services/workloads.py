@@ -1,4 +1,7 @@
-"""Workloads: submit, list, describe, suspend, resume, delete; their events and logs."""
+"""Workloads: submit, list, describe, suspend, resume, delete; their events and logs.
+
+Every status change here is the lifecycle table's (`gpupool.core.lifecycle`): a user's request
+that the table refuses from the workload's status is a 409 that says which status allows it."""
 
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ from gpupool.api.schemas import (
     WorkloadStatus,
     WorkloadType,
 )
+from gpupool.core.lifecycle import FINISHED as FINISHED_STATUSES
+from gpupool.core.lifecycle import NEW, TASK, WORKLOAD, TaskEvent, WorkloadEvent
 from gpupool.core.model import GpuRequestKind
 from gpupool.core.model import WorkloadType as CoreType
 from gpupool.server import eventlog
@@ -27,8 +32,12 @@ from gpupool.server.errors import ApiError, conflict, invalid, not_found
 from gpupool.server.redact import Redact, redactor
 from gpupool.server.services.feasibility import ClusterNodes
 
-LIVE_TASK_STATES = (TaskState.STARTING.value, TaskState.RUNNING.value, TaskState.STOPPING.value)
-FINISHED = (WorkloadStatus.COMPLETED.value, WorkloadStatus.FAILED.value)
+LIVE_TASK_STATES = tuple(state.value for state in TASK.sources(TaskEvent.END))
+"""Starting, running, stopping: every task state but done."""
+FINISHED = tuple(status.value for status in FINISHED_STATUSES)
+"""Completed, failed: over for good."""
+_STOPPABLE = tuple(state.value for state in TASK.sources(TaskEvent.STOP))
+_STOPPING = TASK.target(TaskEvent.STOP).value
 
 
 def submit(session: Session, body: WorkloadIn, who: Principal, now_s: float) -> WorkloadOut:
@@ -147,7 +156,7 @@ def workload_values(
         "name": body.name,
         "project_id": project.id,
         "type": body.type.value,
-        "status": WorkloadStatus.PENDING.value,
+        "status": WORKLOAD.after(NEW, WorkloadEvent.SUBMIT).value,
         "version": 1,
         "gpu_kind": kind.value,
         "gpu_amount": gpu_amount,
@@ -245,7 +254,9 @@ def detail(session: Session, row: WorkloadRow, who: Principal) -> WorkloadDetail
     )
 
 
-def _bump(session: Session, row: WorkloadRow, status: WorkloadStatus, reason: str | None) -> None:
+def _bump(session: Session, row: WorkloadRow, event: WorkloadEvent, reason: str | None) -> None:
+    """Move the workload on by `event` (the lifecycle table's answer; it raises if refused)."""
+    status = WORKLOAD.after(row.status, event)
     session.execute(
         update(WorkloadRow)
         .where(WorkloadRow.id == row.id)
@@ -259,32 +270,38 @@ def stop_tasks(session: Session, workload_id: int, now_s: float, reason: str) ->
         update(TaskRow)
         .where(
             TaskRow.workload_id == workload_id,
-            TaskRow.state.in_((TaskState.STARTING.value, TaskState.RUNNING.value)),
+            TaskRow.state.in_(_STOPPABLE),
         )
-        .values(state=TaskState.STOPPING.value, stop_requested_at=now_s, reason=reason)
+        .values(state=_STOPPING, stop_requested_at=now_s, reason=reason)
     )
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
+def _allowing(event: WorkloadEvent) -> str:
+    """The statuses `event` is allowed from, in words: "pending or running"."""
+    return " or ".join(WORKLOAD.sources(event))
+
+
 def suspend(session: Session, row: WorkloadRow, who: Principal, now_s: float) -> WorkloadOut:
-    if row.status not in (WorkloadStatus.PENDING.value, WorkloadStatus.RUNNING.value):
+    if not WORKLOAD.allows(row.status, WorkloadEvent.SUSPEND):
         raise conflict(
-            f"workload {row.name!r} is {row.status}: only a pending or running workload "
-            "can be suspended"
+            f"workload {row.name!r} is {row.status}: only a {_allowing(WorkloadEvent.SUSPEND)} "
+            "workload can be suspended"
         )
     stop_tasks(session, row.id, now_s, f"suspended by {who.name}")
-    _bump(session, row, WorkloadStatus.SUSPENDED, f"suspended by {who.name}")
+    _bump(session, row, WorkloadEvent.SUSPEND, f"suspended by {who.name}")
     add_event(session, now_s, "suspended", row, who)
     session.refresh(row)
     return view(row, 0)
 
 
 def resume(session: Session, row: WorkloadRow, who: Principal, now_s: float) -> WorkloadOut:
-    if row.status != WorkloadStatus.SUSPENDED.value:
+    if not WORKLOAD.allows(row.status, WorkloadEvent.RESUME):
         raise conflict(
-            f"workload {row.name!r} is {row.status}: only a suspended workload can be resumed"
+            f"workload {row.name!r} is {row.status}: only a {_allowing(WorkloadEvent.RESUME)} "
+            "workload can be resumed"
         )
-    _bump(session, row, WorkloadStatus.PENDING, "waiting for the next scheduling cycle")
+    _bump(session, row, WorkloadEvent.RESUME, "waiting for the next scheduling cycle")
     add_event(session, now_s, "resumed", row, who)
     session.refresh(row)
     return view(row, 0)
@@ -292,10 +309,10 @@ def resume(session: Session, row: WorkloadRow, who: Principal, now_s: float) -> 
 
 def delete(session: Session, row: WorkloadRow, who: Principal, now_s: float) -> WorkloadOut:
     """Stop the workload's tasks; the scheduling loop removes the row once they are gone."""
-    if row.status == WorkloadStatus.DELETING.value:
-        return view(row, 0)
+    if not WORKLOAD.allows(row.status, WorkloadEvent.DELETE):
+        return view(row, 0)  # being deleted already: deleting again changes nothing
     stop_tasks(session, row.id, now_s, f"deleted by {who.name}")
-    _bump(session, row, WorkloadStatus.DELETING, None)
+    _bump(session, row, WorkloadEvent.DELETE, None)
     add_event(session, now_s, "deleting", row, who)
     session.refresh(row)
     return view(row, 0)
