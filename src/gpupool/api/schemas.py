@@ -3,8 +3,8 @@
 Every body is importable from here, as it always was. The bodies live in rooms by topic, and this
 module re-exports them: `fields` (field types and the `_In`/`_Out` bases), `projects`, `nodes`,
 `workloads` (a submission, its dry run, events and log), `users` (users, tokens, sessions),
-`usage` (top, names, usage, history) and `errors` (errors and health). Defined here: the views of a workload with
-its tasks (`TaskState` is the core lifecycle's, re-exported)."""
+`usage` (top, names, usage, history) and `errors` (errors and health). Defined here: the views
+of a workload with its tasks (`TaskState` is the core lifecycle's, re-exported)."""
 
 from __future__ import annotations
 
