@@ -44,7 +44,8 @@ from gpupool.executors.base import (
     running_launches,
     unacknowledged_exits,
 )
-from gpupool.executors.gpus import DeclaredBackend, GpuBackend
+from gpupool.executors.gpus.declared import DeclaredBackend
+from gpupool.executors.gpus.devices import GpuBackend
 from gpupool.executors.isolation import Isolation, NoIsolation
 from gpupool.executors.local_recovery import group_members as _group_members
 from gpupool.executors.local_recovery import live_task_groups
