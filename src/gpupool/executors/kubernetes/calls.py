@@ -18,8 +18,9 @@ from gpupool.clock import Clock
 from gpupool.executors.kubernetes import manifests as m
 from gpupool.executors.kubernetes import objects as o
 from gpupool.executors.kubernetes.fastpost import FastPoster
+from gpupool.executors.kubernetes.records import Bind, LaunchRecord
 from gpupool.executors.kubernetes.settings import KubeSettings
-from gpupool.executors.kubernetes.state import Bind, ClusterState, LaunchRecord
+from gpupool.executors.kubernetes.state import ClusterState
 
 __all__ = ["ApiCalls", "RefusedError"]
 
