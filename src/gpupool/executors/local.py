@@ -13,6 +13,9 @@ How a task is kept from the server and other tasks is the `Isolation` it is give
 (`gpupool.executors.isolation`: bubblewrap as its project's account, or none); either way a
 task gets only its declared environment, gpupool's variables and the server's `PATH` and
 locale (`taskenv.inherited_environment`).
+
+Rooms beside this one: `local_journal` (the record of each launch, and replaying the journal),
+`local_watchdog` (which tasks use too much GPU memory), `local_recovery` (finding tasks again).
 """
 
 from __future__ import annotations
