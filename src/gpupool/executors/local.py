@@ -15,18 +15,16 @@ task gets only its declared environment, gpupool's variables and the server's `P
 locale (`taskenv.inherited_environment`).
 
 Rooms beside this one: `local_journal` (the record of each launch, and replaying the journal),
-`local_watchdog` (which tasks use too much GPU memory), `local_recovery` (finding tasks again).
+`local_process` (starting and signalling a task's processes), `local_watchdog` (which tasks use
+too much GPU memory), `local_recovery` (finding tasks again after a restart).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import signal
 import socket
-import subprocess
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -34,7 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpupool.clock import Clock
-from gpupool.executors import local_journal, local_recovery, local_watchdog
+from gpupool.executors import local_journal, local_process, local_recovery, local_watchdog
 from gpupool.executors.base import (
     DeviceInfo,
     Exit,
@@ -52,7 +50,6 @@ from gpupool.executors.local_journal import CorruptJournalError, Run
 from gpupool.executors.local_recovery import group_members as _group_members
 from gpupool.executors.local_recovery import live_task_groups
 from gpupool.executors.local_recovery import proc_stat as _proc_stat
-from gpupool.executors.taskenv import inherited_environment, task_environment
 
 __all__ = ["LocalExecutor", "live_task_groups", "local_node_name"]
 
@@ -141,7 +138,7 @@ class LocalExecutor:
                 self._append(
                     {"op": "stop", "at": now, "id": stop.launch_id, "grace": stop.grace_period_s}
                 )
-                self._terminate(run, now, stop.grace_period_s, stop.reason)
+                local_process.terminate(run, now, stop.grace_period_s, stop.reason)
 
     def alive(self) -> set[str]:
         with self._lock:
@@ -225,7 +222,7 @@ class LocalExecutor:
             for run in self._runs.values():
                 if run.ended is None and run.kill_at_s is None:
                     grace = min(run.launch.grace_period_s, int(timeout_s))
-                    self._terminate(run, now, grace, "the server is shutting down")
+                    local_process.terminate(run, now, grace, "the server is shutting down")
         deadline = time.monotonic() + timeout_s + 5
         while time.monotonic() < deadline:
             with self._lock:
@@ -235,7 +232,7 @@ class LocalExecutor:
                     return
                 if time.monotonic() > deadline - 5:
                     for run in running:
-                        self._kill_group(run)
+                        local_process.kill_group(run)
             time.sleep(0.05)
 
     # -- internals ------------------------------------------------------------------------------
@@ -262,40 +259,18 @@ class LocalExecutor:
         checkpoint_dir = self.checkpoints_dir / launch.project / launch.workload
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         report_dir = self._gpus.report_dir if isinstance(self._gpus, DeclaredBackend) else None
-        command = list(launch.command) or ["sh", "-c", "echo 'gpupool: no command given' >&2"]
-        isolation = self.isolation
         with run.log_path.open("ab") as log:
             try:
-                cwd = isolation.working_dir(launch, checkpoint_dir)
-                writable = [cwd, checkpoint_dir]
-                identity = isolation.prepare(launch, writable)
-                if report_dir is not None and isolation.mode != "none":
-                    report_dir.mkdir(parents=True, exist_ok=True)
-                    report_dir.chmod(0o1777)  # each task writes its own report (fake GPUs)
-                    writable.append(report_dir)
-                env = task_environment(
-                    inherited_environment(os.environ, isolated=isolation.mode != "none"),
+                process = local_process.popen_task(
                     launch,
+                    log,
+                    python=self._python,
+                    state_dir=self.state_dir,
                     checkpoint_dir=checkpoint_dir,
-                    mps_active=self._gpus.mps_active(),
-                    fake_gpu_report_dir=report_dir,
+                    isolation=self.isolation,
+                    gpus=self._gpus,
+                    report_dir=report_dir,
                     master_port=run.master_port,
-                )
-                env.update(identity)
-                env["GPUPOOL_ISOLATION"] = isolation.mode
-                if isolation.mode != "none":
-                    env["HOME"] = str(cwd)
-                # -I: the shim ignores the task's PYTHONPATH (and any sitecustomize on it).
-                args = [self._python, "-I", "-m", "gpupool.executors.shim", str(self.state_dir)]
-                args += [launch.launch_id, "--", *isolation.wrap(launch, command, writable, cwd)]
-                process = subprocess.Popen(
-                    args,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    cwd=cwd,
-                    start_new_session=True,
                 )
             except (OSError, ValueError, TypeError) as error:
                 # Not started, never will be (a NUL byte in the command, a missing program, a
@@ -312,26 +287,6 @@ class LocalExecutor:
             {"op": "pid", "id": launch.launch_id, "pid": run.pid, "ticks": run.start_ticks}
         )
 
-    def _terminate(self, run: Run, now: float, grace_s: int, reason: str) -> None:
-        run.stop_reason = reason
-        run.kill_at_s = now + grace_s
-        if run.pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(run.pid, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
-
-    def _kill_group(self, run: Run) -> None:
-        if run.pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(run.pid, signal.SIGKILL)
-
-    def _shim_alive(self, run: Run) -> bool:
-        if run.pid is None:
-            return False
-        if run.process is not None:
-            return run.process.poll() is None
-        stat = _proc_stat(run.pid)
-        return stat is not None and (run.start_ticks is None or stat[1] == run.start_ticks)
-
     def _poll(self) -> None:
         now = self._clock.now_s()
         live = [run for run in self._runs.values() if run.ended is None]
@@ -344,8 +299,8 @@ class LocalExecutor:
                 if run.pid is None:
                     continue
             if run.kill_at_s is not None and now >= run.kill_at_s:
-                self._kill_group(run)
-            if self._shim_alive(run) or members.get(run.pid):
+                local_process.kill_group(run)
+            if local_process.shim_alive(run) or members.get(run.pid):
                 continue
             self._finish(run)
         if now - self._last_watchdog_s >= self._watchdog_interval_s:
@@ -416,7 +371,7 @@ class LocalExecutor:
             run.evict_reason = eviction.reason
             if eviction.requeues:
                 run.evict_requeues = True
-            self._terminate(run, now, eviction.grace_s, eviction.reason)
+            local_process.terminate(run, now, eviction.grace_s, eviction.reason)
 
     def _append(self, record: dict[str, Any]) -> None:
         if self._journal is None:
