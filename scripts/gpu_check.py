@@ -13,7 +13,9 @@ import json
 import sys
 from dataclasses import asdict
 
-from gpupool.executors.gpus import DeclaredBackend, GpuBackend, GpuUnavailable, NvmlBackend
+from gpupool.executors.gpus.declared import DeclaredBackend
+from gpupool.executors.gpus.devices import GpuBackend, GpuUnavailable
+from gpupool.executors.gpus.nvml import NvmlBackend
 
 
 def main() -> int:

@@ -19,19 +19,16 @@ from typing import Any
 import pytest
 
 from gpupool.executors.base import DeviceInfo
-from gpupool.executors.gpus import (
-    DeclaredBackend,
+from gpupool.executors.gpus import open_backend, report_fake_gpu_usage
+from gpupool.executors.gpus.declared import DeclaredBackend, parse_declared_gpus
+from gpupool.executors.gpus.devices import (
     DeviceSample,
     GpuBackend,
     GpuDevice,
     GpuUnavailable,
-    NvmlBackend,
     ProcessGpuMemory,
-    mps_active,
-    open_backend,
-    parse_declared_gpus,
-    report_fake_gpu_usage,
 )
+from gpupool.executors.gpus.nvml import NvmlBackend, mps_active
 
 GIB = 2**30
 MIB = 2**20

@@ -20,8 +20,9 @@ from gpupool.executors.base import Launch, Stop
 from gpupool.executors.kubernetes import manifests as m
 from gpupool.executors.kubernetes import objects as o
 from gpupool.executors.kubernetes.informer import ADDED, DELETED, MODIFIED
+from gpupool.executors.kubernetes.records import BOUND, CREATED
 from gpupool.executors.kubernetes.settings import KubeSettings
-from gpupool.executors.kubernetes.state import BOUND, CREATED, ClusterState
+from gpupool.executors.kubernetes.state import ClusterState
 
 SETTINGS = KubeSettings(reservation_timeout_s=60, finished_pod_ttl_s=100)
 

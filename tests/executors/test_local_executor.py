@@ -13,7 +13,7 @@ import pytest
 
 from gpupool.clock import FakeClock
 from gpupool.executors.base import Exit, Launch, Stop
-from gpupool.executors.gpus import DeclaredBackend
+from gpupool.executors.gpus.declared import DeclaredBackend
 from gpupool.executors.local import LocalExecutor, _group_members
 
 PY = sys.executable

@@ -12,7 +12,7 @@ import pytest
 from test_local_executor import Setup, _launch, _until
 
 from gpupool.executors.base import Stop
-from gpupool.executors.gpus import DeclaredBackend
+from gpupool.executors.gpus.declared import DeclaredBackend
 from gpupool.executors.local import LocalExecutor, live_task_groups
 from gpupool.executors.local_recovery import live_shims
 

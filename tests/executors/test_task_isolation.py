@@ -18,7 +18,7 @@ import pytest
 
 from gpupool.clock import FakeClock
 from gpupool.executors.base import Exit, Launch, Stop
-from gpupool.executors.gpus import DeclaredBackend
+from gpupool.executors.gpus.declared import DeclaredBackend
 from gpupool.executors.isolation import (
     Account,
     Bubblewrap,

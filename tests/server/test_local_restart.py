@@ -9,7 +9,7 @@ from pathlib import Path
 from test_scheduler_loop import Harness
 
 from gpupool.core.model import SchedulerSettings
-from gpupool.executors.gpus import DeclaredBackend
+from gpupool.executors.gpus.declared import DeclaredBackend
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.local_recovery import live_shims
 from gpupool.server.metrics import ServerMetrics

@@ -13,27 +13,26 @@ How a task is kept from the server and other tasks is the `Isolation` it is give
 (`gpupool.executors.isolation`: bubblewrap as its project's account, or none); either way a
 task gets only its declared environment, gpupool's variables and the server's `PATH` and
 locale (`taskenv.inherited_environment`).
+
+Rooms beside this one: `local_journal` (the record of each launch, and replaying the journal),
+`local_process` (starting and signalling a task's processes), `local_watchdog` (which tasks use
+too much GPU memory), `local_recovery` (finding tasks again after a restart).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import signal
 import socket
-import subprocess
 import sys
 import threading
-from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from gpupool.clock import Clock
-from gpupool.executors import local_recovery
+from gpupool.executors import local_journal, local_process, local_recovery, local_watchdog
 from gpupool.executors.base import (
     DeviceInfo,
     Exit,
@@ -44,12 +43,13 @@ from gpupool.executors.base import (
     running_launches,
     unacknowledged_exits,
 )
-from gpupool.executors.gpus import DeclaredBackend, GpuBackend
+from gpupool.executors.gpus.declared import DeclaredBackend
+from gpupool.executors.gpus.devices import GpuBackend
 from gpupool.executors.isolation import Isolation, NoIsolation
+from gpupool.executors.local_journal import CorruptJournalError, Run
 from gpupool.executors.local_recovery import group_members as _group_members
 from gpupool.executors.local_recovery import live_task_groups
 from gpupool.executors.local_recovery import proc_stat as _proc_stat
-from gpupool.executors.taskenv import inherited_environment, task_environment
 
 __all__ = ["LocalExecutor", "live_task_groups", "local_node_name"]
 
@@ -60,25 +60,6 @@ def local_node_name() -> str:
     """This machine's host name as a node name (lower case, letters, digits, '-')."""
     name = re.sub(r"[^a-z0-9-]+", "-", socket.gethostname().lower()).strip("-")
     return name or "local"
-
-
-@dataclass(slots=True)
-class _Run:
-    launch: Launch
-    started_at_s: float
-    pid: int | None = None
-    start_ticks: int | None = None
-    process: subprocess.Popen[bytes] | None = None
-    stop_reason: str | None = None
-    kill_at_s: float | None = None
-    evict_reason: str | None = None
-    """Set by the watchdog: why it stopped the task (memory)."""
-    evict_requeues: bool = False
-    ended: Exit | None = None
-    acknowledged: bool = False
-    log_path: Path = field(default_factory=Path)
-    master_port: int | None = None
-    """A gang's rendezvous port: chosen free when its first live task starts, shared by all."""
 
 
 class LocalExecutor:
@@ -113,7 +94,7 @@ class LocalExecutor:
         for directory in (self.state_dir, self.logs_dir, self.checkpoints_dir):
             directory.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, Run] = {}
         self._journal_path = self.state_dir / "journal.jsonl"
         self._report = report or _stderr
         corrupt = self._replay_or_set_aside()
@@ -142,7 +123,7 @@ class LocalExecutor:
                 if port is not None:
                     record["master_port"] = port
                 self._append(record)
-                run = _Run(launch, now, log_path=self.logs_dir / f"{launch.launch_id}.log")
+                run = Run(launch, now, log_path=self.logs_dir / f"{launch.launch_id}.log")
                 run.master_port = port
                 self._runs[launch.launch_id] = run
                 self._spawn(run)
@@ -157,7 +138,7 @@ class LocalExecutor:
                 self._append(
                     {"op": "stop", "at": now, "id": stop.launch_id, "grace": stop.grace_period_s}
                 )
-                self._terminate(run, now, stop.grace_period_s, stop.reason)
+                local_process.terminate(run, now, stop.grace_period_s, stop.reason)
 
     def alive(self) -> set[str]:
         with self._lock:
@@ -241,7 +222,7 @@ class LocalExecutor:
             for run in self._runs.values():
                 if run.ended is None and run.kill_at_s is None:
                     grace = min(run.launch.grace_period_s, int(timeout_s))
-                    self._terminate(run, now, grace, "the server is shutting down")
+                    local_process.terminate(run, now, grace, "the server is shutting down")
         deadline = time.monotonic() + timeout_s + 5
         while time.monotonic() < deadline:
             with self._lock:
@@ -251,7 +232,7 @@ class LocalExecutor:
                     return
                 if time.monotonic() > deadline - 5:
                     for run in running:
-                        self._kill_group(run)
+                        local_process.kill_group(run)
             time.sleep(0.05)
 
     # -- internals ------------------------------------------------------------------------------
@@ -273,45 +254,23 @@ class LocalExecutor:
             sock.bind(("127.0.0.1", 0))
             return int(sock.getsockname()[1])
 
-    def _spawn(self, run: _Run) -> None:
+    def _spawn(self, run: Run) -> None:
         launch = run.launch
         checkpoint_dir = self.checkpoints_dir / launch.project / launch.workload
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         report_dir = self._gpus.report_dir if isinstance(self._gpus, DeclaredBackend) else None
-        command = list(launch.command) or ["sh", "-c", "echo 'gpupool: no command given' >&2"]
-        isolation = self.isolation
         with run.log_path.open("ab") as log:
             try:
-                cwd = isolation.working_dir(launch, checkpoint_dir)
-                writable = [cwd, checkpoint_dir]
-                identity = isolation.prepare(launch, writable)
-                if report_dir is not None and isolation.mode != "none":
-                    report_dir.mkdir(parents=True, exist_ok=True)
-                    report_dir.chmod(0o1777)  # each task writes its own report (fake GPUs)
-                    writable.append(report_dir)
-                env = task_environment(
-                    inherited_environment(os.environ, isolated=isolation.mode != "none"),
+                process = local_process.popen_task(
                     launch,
+                    log,
+                    python=self._python,
+                    state_dir=self.state_dir,
                     checkpoint_dir=checkpoint_dir,
-                    mps_active=self._gpus.mps_active(),
-                    fake_gpu_report_dir=report_dir,
+                    isolation=self.isolation,
+                    gpus=self._gpus,
+                    report_dir=report_dir,
                     master_port=run.master_port,
-                )
-                env.update(identity)
-                env["GPUPOOL_ISOLATION"] = isolation.mode
-                if isolation.mode != "none":
-                    env["HOME"] = str(cwd)
-                # -I: the shim ignores the task's PYTHONPATH (and any sitecustomize on it).
-                args = [self._python, "-I", "-m", "gpupool.executors.shim", str(self.state_dir)]
-                args += [launch.launch_id, "--", *isolation.wrap(launch, command, writable, cwd)]
-                process = subprocess.Popen(
-                    args,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    cwd=cwd,
-                    start_new_session=True,
                 )
             except (OSError, ValueError, TypeError) as error:
                 # Not started, never will be (a NUL byte in the command, a missing program, a
@@ -328,26 +287,6 @@ class LocalExecutor:
             {"op": "pid", "id": launch.launch_id, "pid": run.pid, "ticks": run.start_ticks}
         )
 
-    def _terminate(self, run: _Run, now: float, grace_s: int, reason: str) -> None:
-        run.stop_reason = reason
-        run.kill_at_s = now + grace_s
-        if run.pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(run.pid, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
-
-    def _kill_group(self, run: _Run) -> None:
-        if run.pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(run.pid, signal.SIGKILL)
-
-    def _shim_alive(self, run: _Run) -> bool:
-        if run.pid is None:
-            return False
-        if run.process is not None:
-            return run.process.poll() is None
-        stat = _proc_stat(run.pid)
-        return stat is not None and (run.start_ticks is None or stat[1] == run.start_ticks)
-
     def _poll(self) -> None:
         now = self._clock.now_s()
         live = [run for run in self._runs.values() if run.ended is None]
@@ -360,15 +299,15 @@ class LocalExecutor:
                 if run.pid is None:
                     continue
             if run.kill_at_s is not None and now >= run.kill_at_s:
-                self._kill_group(run)
-            if self._shim_alive(run) or members.get(run.pid):
+                local_process.kill_group(run)
+            if local_process.shim_alive(run) or members.get(run.pid):
                 continue
             self._finish(run)
         if now - self._last_watchdog_s >= self._watchdog_interval_s:
             self._last_watchdog_s = now
             self._watchdog(members)
 
-    def _find_pid(self, run: _Run) -> None:
+    def _find_pid(self, run: Run) -> None:
         """A launch journaled but whose pid was not (the server died while spawning it)."""
         pid_file = self.state_dir / f"{run.launch.launch_id}.pid"
         try:
@@ -384,7 +323,7 @@ class LocalExecutor:
         stat = _proc_stat(run.pid)
         run.start_ticks = stat[1] if stat else None
 
-    def _finish(self, run: _Run) -> None:
+    def _finish(self, run: Run) -> None:
         exit_file = self.state_dir / f"{run.launch.launch_id}.exit"
         try:
             record = json.loads(exit_file.read_text())
@@ -401,7 +340,7 @@ class LocalExecutor:
         else:
             self._end(run, code, f"exited with code {code}", stopped=False)
 
-    def _end(self, run: _Run, code: int, reason: str, stopped: bool) -> None:
+    def _end(self, run: Run, code: int, reason: str, stopped: bool) -> None:
         now = self._clock.now_s()
         run.ended = Exit(run.launch.launch_id, code, now, reason, stopped)
         if run.process is not None:
@@ -420,56 +359,19 @@ class LocalExecutor:
             log.write(f"gpupool: task ended: {reason}\n")
 
     def _watchdog(self, members: dict[int, list[int]]) -> None:
-        """Evict tasks whose processes use more GPU memory than they were given: over the
-        limit, the task fails with the reason; a dynamic fraction bursting above its request
-        while the device's memory is claimed (by the others' requests or use) is preempted and
-        runs again later."""
+        """Evict tasks whose processes use more GPU memory than they were given
+        (`local_watchdog.evictions` says which, and why)."""
         usage = self._gpus.process_memory()
         if not usage:
             return
-        group_of = {pid: group for group, pids in members.items() for pid in pids}
-        used: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-        device_used: dict[int, int] = defaultdict(int)
-        for item in usage:
-            device_used[item.device_index] += item.used_mib
-            group = group_of.get(item.pid)
-            if group is not None:
-                used[group][item.device_index] += item.used_mib
-        live = [
-            run
-            for run in self._runs.values()
-            if run.ended is None and run.pid is not None and run.kill_at_s is None
-        ]
-        claims: dict[int, int] = defaultdict(int)
-        for device, total in device_used.items():
-            ours = sum(used[run.pid or 0].get(device, 0) for run in live)
-            claims[device] = total - ours
-        for run in live:
-            for device in run.launch.devices:
-                claims[device] += max(run.launch.gpu_memory_mib, used[run.pid or 0].get(device, 0))
         capacity = {d.index: d.memory_mib for d in self._gpus.devices()}
         now = self._clock.now_s()
-        for run in live:
-            for device, used_mib in used.get(run.pid or 0, {}).items():
-                request_mib = run.launch.gpu_memory_mib
-                limit_mib = run.launch.burst_memory_mib or request_mib
-                if used_mib > limit_mib:
-                    run.evict_reason = (
-                        f"evicted: used {used_mib} MiB of GPU memory on device {device}, "
-                        f"above its limit of {limit_mib} MiB; ask for more (--gpu or "
-                        "--gpu-memory) or use less"
-                    )
-                    self._terminate(run, now, 0, run.evict_reason)
-                    break
-                if used_mib > request_mib and claims[device] > capacity.get(device, claims[device]):
-                    run.evict_reason = (
-                        f"evicted: bursting to {used_mib} MiB on device {device} above its "
-                        f"request of {request_mib} MiB while that memory is claimed by "
-                        "another task; it will run again"
-                    )
-                    run.evict_requeues = True
-                    self._terminate(run, now, run.launch.grace_period_s, run.evict_reason)
-                    break
+        for eviction in local_watchdog.evictions(self._runs.values(), usage, members, capacity):
+            run = eviction.run
+            run.evict_reason = eviction.reason
+            if eviction.requeues:
+                run.evict_requeues = True
+            local_process.terminate(run, now, eviction.grace_s, eviction.reason)
 
     def _append(self, record: dict[str, Any]) -> None:
         if self._journal is None:
@@ -482,8 +384,8 @@ class LocalExecutor:
         """Replay the journal; if it is corrupt, move it aside (`journal.corrupt-TIME`) and
         start from nothing (`_adopt` finds the tasks again). Returns what happened, or None."""
         try:
-            self._replay()
-        except _CorruptJournalError as error:
+            self._runs = local_journal.replay(self._journal_path, self.logs_dir)
+        except CorruptJournalError as error:
             self._runs.clear()
             aside = local_recovery.set_aside(self._journal_path, self._clock.now_s())
             return f"the journal {self._journal_path} is corrupt ({error}); moved it to {aside}"
@@ -496,7 +398,7 @@ class LocalExecutor:
         now = self._clock.now_s()
         for item in found:
             launch = item.launch
-            run = _Run(launch, now, log_path=self.logs_dir / f"{launch.launch_id}.log")
+            run = Run(launch, now, log_path=self.logs_dir / f"{launch.launch_id}.log")
             run.master_port = item.master_port
             self._runs[launch.launch_id] = run
             record: dict[str, Any] = {"op": "start", "at": now, "launch": launch.to_json()}
@@ -515,58 +417,6 @@ class LocalExecutor:
         message = local_recovery.summary(found, corrupt, self.state_dir)
         if message is not None:
             self._report(f"gpupool: local executor: {message}")
-
-    def _replay(self) -> None:
-        if not self._journal_path.exists():
-            return
-        data = self._journal_path.read_bytes()
-        whole = data[: data.rfind(b"\n") + 1]
-        if len(whole) < len(data):
-            with self._journal_path.open("r+b") as journal:
-                journal.truncate(len(whole))
-        try:
-            lines = whole.decode("utf-8").splitlines()
-        except UnicodeDecodeError as error:
-            raise _CorruptJournalError(f"not UTF-8: {error}") from None
-        for number, line in enumerate(lines, start=1):
-            try:
-                self._replay_record(json.loads(line))
-            except (ValueError, KeyError, TypeError, AttributeError) as error:
-                raise _CorruptJournalError(
-                    f"line {number}: {type(error).__name__}: {error}"
-                ) from None
-
-    def _replay_record(self, record: dict[str, Any]) -> None:
-        op = record["op"]
-        if op == "start":
-            launch = Launch.from_json(record["launch"])
-            self._runs[launch.launch_id] = _Run(
-                launch,
-                record["at"],
-                log_path=self.logs_dir / f"{launch.launch_id}.log",
-                master_port=record.get("master_port"),
-            )
-            return
-        run = self._runs[record["id"]]
-        if op == "pid":
-            run.pid, run.start_ticks = record["pid"], record["ticks"]
-        elif op == "stop":
-            run.stop_reason = "stopped before the server restarted"
-            run.kill_at_s = record["at"] + record["grace"]
-        elif op == "end":
-            run.ended = Exit(
-                run.launch.launch_id,
-                record["code"],
-                record["at"],
-                record["reason"],
-                record["stopped"],
-            )
-        elif op == "ack":
-            run.acknowledged = True
-
-
-class _CorruptJournalError(ValueError):
-    """A journal line that is not a record this executor wrote (the message says which)."""
 
 
 def _stderr(message: str) -> None:

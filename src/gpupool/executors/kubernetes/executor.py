@@ -9,8 +9,8 @@ under a lock and wake the reconciler; none of them waits for the API server.
 Only an active executor (the leader, with leader election) makes changes; a passive one keeps
 its caches warm so that it can take over at once.
 
-Longer than 500 lines because each API call's handling of the API server's answers (conflict,
-gone, refused, retry) sits beside the call; the decisions about what to call are in `state`.
+The decisions about what to call are in `state`, the calls themselves (each beside its
+handling of the API server's answers) in `calls`; here, when to make them and how to retry.
 """
 
 from __future__ import annotations
@@ -23,17 +23,13 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-import msgspec
-from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.models.meta_v1 import DeleteOptions, ObjectMeta
-from lightkube.resources.core_v1 import Namespace, Node, Pod, PodEviction, PodStatus, Service
-from lightkube.types import PatchType
+from lightkube.resources.core_v1 import Namespace, Node, Pod
 
 from gpupool.clock import Clock
 from gpupool.executors.base import Exit, Launch, NodeInventory, Stop, UsageSample
-from gpupool.executors.kubernetes import manifests as m
 from gpupool.executors.kubernetes import objects as o
+from gpupool.executors.kubernetes.calls import ApiCalls, RefusedError
 from gpupool.executors.kubernetes.client import (
     load_config,
     pooled_async_client,
@@ -44,22 +40,12 @@ from gpupool.executors.kubernetes.dcgm import UtilizationSource
 from gpupool.executors.kubernetes.fastpost import FastPoster
 from gpupool.executors.kubernetes.informer import Informer
 from gpupool.executors.kubernetes.settings import KubeSettings
-from gpupool.executors.kubernetes.state import Bind, ClusterState, LaunchRecord
+from gpupool.executors.kubernetes.state import ClusterState
 
 __all__ = ["KubernetesExecutor", "KubernetesUnavailableError"]
 
 T = TypeVar("T")
-_MAX_LOG_BYTES = 16 * 1024 * 1024
 _BACKOFF_MAX_S = 10.0
-
-
-class RefusedError(Exception):
-    """The API server answered a write with an error status."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
 
 
 class KubernetesUnavailableError(RuntimeError):
@@ -94,8 +80,7 @@ class KubernetesExecutor:
         self._ready = threading.Event()
         self._closing: asyncio.Event | None = None
         self._kick: asyncio.Event | None = None
-        self._client: AsyncClient | None = None
-        self._poster: FastPoster | None = None
+        self._calls = ApiCalls(settings, clock, self._lock, self._state)
         self._informers: list[Informer[Any]] = []
         self._inflight: set[str] = set()
         self._retry_at: dict[str, tuple[float, float]] = {}
@@ -154,7 +139,7 @@ class KubernetesExecutor:
                 return b"", False
             key, ended = record.key, record.ended is not None
         try:
-            data = self._call(self._fetch_log(*key), timeout_s=20)
+            data = self._call(self._calls.fetch_log(*key), timeout_s=20)
         except ApiError as error:
             if offset > 0:
                 return b"", ended
@@ -256,18 +241,19 @@ class KubernetesExecutor:
         self._kick = asyncio.Event()
         warm_up_decoders()
         # Room for every request in flight, the three watches and a log read.
-        self._client = pooled_async_client(self._config, self.settings.api_concurrency + 8)
-        self._poster = FastPoster.for_config(
+        client = pooled_async_client(self._config, self.settings.api_concurrency + 8)
+        self._calls.client = client
+        self._calls.poster = FastPoster.for_config(
             self._config, tls_context(self._config), self.settings.api_concurrency
         )
         semaphore = asyncio.Semaphore(self.settings.api_concurrency)
         self._semaphore = semaphore
         self._informers = [
-            Informer(self._client, Node, self._handler(self._state.on_node), name="nodes",
+            Informer(client, Node, self._handler(self._state.on_node), name="nodes",
                      labels=dict(self.settings.node_selector) or None, report=self._report),
-            Informer(self._client, Namespace, self._namespace_handler, name="namespaces",
+            Informer(client, Namespace, self._namespace_handler, name="namespaces",
                      report=self._report),
-            Informer(self._client, Pod, self._handler(self._state.on_pod), name="pods",
+            Informer(client, Pod, self._handler(self._state.on_pod), name="pods",
                      report=self._report),
         ]  # fmt: skip
         runners = [asyncio.create_task(informer.run()) for informer in self._informers]
@@ -279,9 +265,9 @@ class KubernetesExecutor:
             for task in [*runners, reconciler, *self._tasks]:
                 task.cancel()
             await asyncio.gather(*runners, reconciler, *self._tasks, return_exceptions=True)
-            await self._client.close()
-            if self._poster is not None:
-                await self._poster.close()
+            await client.close()
+            if self._calls.poster is not None:
+                await self._calls.poster.close()
 
     async def _wait_synced(self) -> None:
         while not all(informer.synced.is_set() for informer in self._informers):
@@ -325,29 +311,34 @@ class KubernetesExecutor:
                 expired = self._state.forget_finished(now)
                 self._forgot_at_s = now
         for namespace in plan.namespaces:
-            self._spawn(f"ns:{namespace}", self._create_namespace(namespace))
+            self._spawn(f"ns:{namespace}", self._calls.create_namespace(namespace))
         for record in plan.creates:
-            self._spawn(f"create:{record.launch_id}", self._create_pod(record))
+            self._spawn(f"create:{record.launch_id}", self._calls.create_pod(record))
         for workload, project, namespace in plan.services:
             self._spawn(
-                f"svc:{namespace}/{workload}", self._create_service(workload, project, namespace)
+                f"svc:{namespace}/{workload}",
+                self._calls.create_service(workload, project, namespace),
             )
         for node, device in plan.reservations:
-            self._spawn(f"res:{node}/{device}", self._create_reservation(node, device))
+            self._spawn(f"res:{node}/{device}", self._calls.create_reservation(node, device))
         for bind in plan.binds:
-            self._spawn(f"bind:{bind.launch_id}", self._bind(bind))
+            self._spawn(f"bind:{bind.launch_id}", self._calls.bind(bind))
         for record, grace_s in plan.evictions:
-            self._spawn(f"evict:{record.launch_id}", self._evict(record, grace_s))
+            self._spawn(f"evict:{record.launch_id}", self._calls.evict(record, grace_s))
         for namespace, name, grace_s in plan.deletes:
-            self._spawn(f"delete:{namespace}/{name}", self._delete_pod(namespace, name, grace_s))
+            self._spawn(
+                f"delete:{namespace}/{name}", self._calls.delete_pod(namespace, name, grace_s)
+            )
         for namespace, name in expired:
-            self._spawn(f"delete:{namespace}/{name}", self._delete_pod(namespace, name, 30))
+            self._spawn(f"delete:{namespace}/{name}", self._calls.delete_pod(namespace, name, 30))
         for namespace, name in plan.acknowledgements:
-            self._spawn(f"ack:{namespace}/{name}", self._acknowledge(namespace, name))
+            self._spawn(f"ack:{namespace}/{name}", self._calls.acknowledge(namespace, name))
         for namespace, name in plan.service_deletes:
-            self._spawn(f"delsvc:{namespace}/{name}", self._delete_service(namespace, name))
+            self._spawn(f"delsvc:{namespace}/{name}", self._calls.delete_service(namespace, name))
         for namespace, name, reason in plan.unschedulable:
-            self._spawn(f"why:{namespace}/{name}", self._unschedulable(namespace, name, reason))
+            self._spawn(
+                f"why:{namespace}/{name}", self._calls.unschedulable(namespace, name, reason)
+            )
 
     def _spawn(self, key: str, coroutine: Coroutine[Any, Any, None]) -> None:
         """Run one API call unless the same one is in flight or backing off after a failure."""
@@ -380,234 +371,9 @@ class KubernetesExecutor:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # --- API calls ------------------------------------------------------------------------
-
-    @property
-    def _api(self) -> AsyncClient:
-        assert self._client is not None
-        return self._client
-
-    async def _create_namespace(self, namespace: str) -> None:
-        with self._lock:
-            project = next(
-                (p for p in self._state.projects
-                 if o.namespace_for(p, self.settings) == namespace), None,
-            )  # fmt: skip
-        # Not the attach label (gpupool.dev/project): that one is the admin's way to give a
-        # project an existing namespace, and must not follow a namespace made from a template.
-        labels = {"app.kubernetes.io/managed-by": "gpupool"}
-        if project is not None:
-            labels[o.CREATED_FOR] = o.dns_label(project)
-        try:
-            await self._api.create(Namespace(metadata=ObjectMeta(name=namespace, labels=labels)))
-        except ApiError as error:
-            if error.status.code != 409:
-                raise
-        with self._lock:
-            self._state.namespace_created(namespace)
-
-    async def _create_pod(self, record: LaunchRecord) -> None:
-        assert record.launch is not None
-        pod = m.task_pod(record.launch, record.namespace, self.settings)
-        try:
-            await self._post(f"/api/v1/namespaces/{record.namespace}/pods", pod, None, None)
-        except RefusedError as error:
-            code = error.code
-            if code == 404:  # the namespace went away: make it again, then the pod
-                with self._lock:
-                    self._state.namespace_labels.pop(record.namespace, None)
-                raise
-            if code != 409:
-                if code in (400, 403, 422):
-                    with self._lock:
-                        self._state.failed(
-                            record.launch_id,
-                            f"Kubernetes refused its pod ({code}): {error.message}",
-                            self._clock.now_s(),
-                        )
-                    return
-                raise
-        with self._lock:
-            self._state.created(record.launch_id)
-
-    async def _create_service(self, workload: str, project: str, namespace: str) -> None:
-        service = m.gang_service(workload, project, namespace, self.settings.master_port)
-        try:
-            await self._api.create(service)
-        except ApiError as error:
-            if error.status.code != 409:
-                raise
-        with self._lock:
-            self._state.service_created(
-                namespace, o.gang_service_name(workload), self._clock.now_s()
-            )
-
-    async def _create_reservation(self, node: str, device: int) -> None:
-        pod = m.reservation_pod(node, device, self.settings)
-        try:
-            await self._api.create(pod)
-        except ApiError as error:
-            if error.status.code == 404:
-                await self._ensure_system_namespace()
-                raise
-            if error.status.code != 409:
-                raise
-        with self._lock:
-            self._state.reservation_created(node, device, self._clock.now_s())
-
-    async def _ensure_system_namespace(self) -> None:
-        name = self.settings.system_namespace
-        try:
-            await self._api.create(
-                Namespace(
-                    metadata=ObjectMeta(
-                        name=name, labels={"app.kubernetes.io/managed-by": "gpupool"}
-                    )
-                )
-            )
-        except ApiError as error:
-            if error.status.code != 409:
-                raise
-
-    async def _post(self, path: str, obj: Any, name: str | None, namespace: str | None) -> None:
-        """POST `obj` to `path` (the fast path when the credentials allow it, else lightkube);
-        `RefusedError` with the API server's code and message when it says no."""
-        if self._poster is not None:
-            result = await self._poster.post(path, obj.to_dict())
-            if result.status >= 300:
-                raise RefusedError(result.status, result.message)
-            return
-        try:
-            if name is None:
-                await self._api.create(obj)
-            else:
-                await self._api.create(obj, name, namespace=namespace)
-        except msgspec.ValidationError:
-            # A Binding or an Eviction is answered with a Status, which lightkube tries to
-            # read as what it sent; its error comes only after a 2xx answer (errors raise
-            # ApiError first), so here it means success.
-            pass
-        except ApiError as error:
-            raise RefusedError(
-                error.status.code or 500, error.status.message or str(error)
-            ) from None
-
-    async def _bind(self, bind: Bind) -> None:
-        path = f"/api/v1/namespaces/{bind.namespace}/pods/{bind.pod_name}/binding"
-        binding = m.binding(bind.pod_name, bind.namespace, bind.node, dict(bind.annotations))
-        try:
-            await self._post(path, binding, bind.pod_name, bind.namespace)
-        except RefusedError as error:
-            code = error.code
-            if code == 404:
-                with self._lock:
-                    self._state.pod_gone(bind.launch_id, self._clock.now_s())
-                return
-            if code != 409:
-                raise
-            current = await self._api.get(Pod, bind.pod_name, namespace=bind.namespace)
-            node = current.spec.nodeName if current.spec else None
-            if node != bind.node:
-                with self._lock:
-                    self._state.failed(
-                        bind.launch_id,
-                        f"its pod was bound to {node} by someone else",
-                        self._clock.now_s(),
-                    )
-                return
-        with self._lock:
-            self._state.bound(bind.launch_id, bind.node)
-
-    async def _evict(self, record: LaunchRecord, grace_s: int) -> None:
-        eviction = PodEviction(
-            metadata=ObjectMeta(name=record.pod_name, namespace=record.namespace),
-            deleteOptions=DeleteOptions(gracePeriodSeconds=grace_s),
-        )
-        path = f"/api/v1/namespaces/{record.namespace}/pods/{record.pod_name}/eviction"
-        try:
-            await self._post(path, eviction, record.pod_name, record.namespace)
-        except RefusedError as error:
-            if error.code == 404:
-                with self._lock:
-                    self._state.stop_sent(record.launch_id)
-                    self._state.pod_gone(record.launch_id, self._clock.now_s())
-                return
-            raise  # 429: a PodDisruptionBudget says not now; retried with back-off
-        with self._lock:
-            self._state.stop_sent(record.launch_id)
-
-    async def _delete_pod(self, namespace: str, name: str, grace_s: int) -> None:
-        try:
-            await self._api.delete(Pod, name, namespace=namespace, grace_period=grace_s)
-        except ApiError as error:
-            if error.status.code != 404:
-                raise
-        with self._lock:
-            self._state.pod_deleted((namespace, name))
-
-    async def _acknowledge(self, namespace: str, name: str) -> None:
-        try:
-            await self._api.patch(
-                Pod,
-                name,
-                {"metadata": {"annotations": {o.ACKNOWLEDGED: "true"}}},
-                namespace=namespace,
-                patch_type=PatchType.MERGE,
-            )
-        except ApiError as error:
-            if error.status.code != 404:
-                raise
-        with self._lock:
-            self._state.acknowledgement_written((namespace, name))
-
-    async def _unschedulable(self, namespace: str, name: str, reason: str) -> None:
-        """Say why a pod waits where `kubectl describe pod` shows it, as kube-scheduler does:
-        the PodScheduled condition, False, reason Unschedulable."""
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._clock.now_s()))
-        condition = {
-            "type": "PodScheduled",
-            "status": "False",
-            "reason": "Unschedulable",
-            "message": f"gpupool: {reason}"[:1024],
-            "lastTransitionTime": now,
-        }
-        try:
-            await self._api.patch(
-                PodStatus,
-                name,
-                {"status": {"conditions": [condition]}},
-                namespace=namespace,
-                patch_type=PatchType.STRATEGIC,
-            )
-        except ApiError as error:
-            if error.status.code != 404:
-                raise
-        with self._lock:
-            self._state.reason_written((namespace, name), reason)
-
     def set_waiting_reasons(self, reasons: dict[tuple[str, str], str]) -> None:
         """Why pods of others wait (the loop's pending reasons), for their PodScheduled
         condition."""
         with self._lock:
             self._state.set_waiting_reasons(reasons)
         self._wake()
-
-    async def _delete_service(self, namespace: str, name: str) -> None:
-        try:
-            await self._api.delete(Service, name, namespace=namespace)
-        except ApiError as error:
-            if error.status.code != 404:
-                raise
-        with self._lock:
-            self._state.service_deleted(namespace, name)
-
-    async def _fetch_log(self, namespace: str, name: str) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        async for line in self._api.log(name, namespace=namespace):
-            data = line.encode()
-            chunks.append(data)
-            size += len(data)
-            if size > _MAX_LOG_BYTES:
-                break
-        return b"".join(chunks)
