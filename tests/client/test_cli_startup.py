@@ -25,6 +25,7 @@ HEAVY = (
     "gpupool.sim.packing",
     "gpupool.whatif.runner",
     "gpupool.whatif.loader",
+    "gpupool.userfiles.yamlfile",
     "gpupool.core.cycle",
     "gpupool.core.policies",
     "gpupool.api.schemas",
