@@ -94,7 +94,7 @@ def test_the_examples_run(tmp_path: Path) -> None:
     [
         (["--synthetic", "--workload", "w.jsonl"], "not both"),
         (["--workload", "w.jsonl", "--weeks", "2"], "--synthetic only"),
-        (["--workload", "missing.jsonl"], "missing.jsonl: cannot read"),
+        (["--workload", "missing.jsonl"], "missing.jsonl: no such file (cannot read the file)"),
         (["--workload", "bad.jsonl"], "bad.jsonl:2: gpu: "),
         (["--cluster", "bad.yaml"], "bad.yaml:1: nodes[0].gpu: unknown key"),
         (["--weeks", "0"], "--weeks"),
