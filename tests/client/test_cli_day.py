@@ -120,7 +120,8 @@ def test_the_command_after_dashes_is_not_taken_for_the_name(offline: Cli, tmp_pa
     [
         (
             "name: j\ngpus: 2\n",
-            "job.yaml:2: gpus: unknown key `gpus`; did you mean `gpu`? (allowed here: name, project",
+            "job.yaml:2: gpus: unknown key `gpus`; did you mean `gpu`? "
+            "(allowed here: name, project",
         ),
         ("name: j\ngpu: 1\ncommand: python train.py\n", "job.yaml:3: command: must be a list"),
         ("- name: j\n", "job.yaml:1: must be one YAML mapping"),
