@@ -35,7 +35,7 @@ from pathlib import Path
 
 from gpupool.core.model import GpuRequest, WorkloadType
 from gpupool.units import GpuAmount, parse_gpu, parse_gpu_limit
-from gpupool.userfiles import UserFileError, read_text
+from gpupool.userfiles import UserFileError, read_text, show_input
 
 __all__ = [
     "DEFAULT_UTIL_PERMILLE",
@@ -171,14 +171,16 @@ class _Row:
     def _name(self, field: str) -> str:
         value = self.values[field]
         if not isinstance(value, str) or not value.strip():
-            raise self.error(field, f"{_show(value)}; expected a non-empty name")
+            raise self.error(field, f"{show_input(value)}; expected a non-empty name")
         return value.strip()
 
     def _type(self) -> WorkloadType:
         value = self.values["type"]
         allowed = [t.value for t in WorkloadType]
         if value not in allowed:
-            raise self.error("type", f"unknown type {_show(value)}; expected {' | '.join(allowed)}")
+            raise self.error(
+                "type", f"unknown type {show_input(value)}; expected {' | '.join(allowed)}"
+            )
         return WorkloadType(value)
 
     def _int(self, field: str, default: int | None, *, least: int) -> int:
@@ -192,7 +194,9 @@ class _Row:
         elif not self.text and isinstance(value, int) and not isinstance(value, bool):
             number = value
         if number is None:
-            raise self.error(field, f"{_show(value)} is not a whole number; write it like 3600")
+            raise self.error(
+                field, f"{show_input(value)} is not a whole number; write it like 3600"
+            )
         if number < least:
             raise self.error(field, f"{number} is too small; it must be at least {least}")
         return number
@@ -223,21 +227,9 @@ class _Row:
         if number is None or not number.is_finite() or not 0 <= number <= 1:
             raise self.error(
                 "mean_gpu_util",
-                f"{_show(value)}; expected a number from 0 to 1 (0.9 = busy 90% of the time)",
+                f"{show_input(value)}; expected a number from 0 to 1 (0.9 = busy 90% of the time)",
             )
         return int((number * 1000).to_integral_value())
-
-
-def _show(value: object) -> str:
-    if value is None:
-        return "nothing"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, int | float):
-        return str(value)
-    return f"a {type(value).__name__}"
 
 
 def _jsonl_rows(text: str, path: str) -> Iterator[_Row]:
@@ -257,7 +249,7 @@ def _jsonl_rows(text: str, path: str) -> Iterator[_Row]:
             ) from None
         if not isinstance(value, dict):
             raise UserFileError(
-                path, line, "row", f"{_show(value)}; each line is one JSON object {{...}}"
+                path, line, "row", f"{show_input(value)}; each line is one JSON object {{...}}"
             )
         _check_fields(path, line, value)
         yield _Row(path, line, value, text=False)
