@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -141,7 +142,15 @@ def _pairs(items: list[str], option: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def load_workload_file(path: Path) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class WorkloadFile:
+    fields: dict[str, Any]
+    """WorkloadIn's fields, as the file gives them."""
+    where: dict[str, str]
+    """`file:line: key` of each field, for WorkloadIn's errors about a value from the file."""
+
+
+def load_workload_file(path: Path) -> WorkloadFile:
     """A workload file's fields as WorkloadIn's, checked for unknown keys and shapes; a problem
     is shown as `file:line: key: message` (exit 2)."""
     from gpupool.userfiles import UserFileError  # only a workload file needs YAML
@@ -152,7 +161,8 @@ def load_workload_file(path: Path) -> dict[str, Any]:
         fail(error.explain())
 
 
-def read_workload_file(path: Path) -> dict[str, Any]:
+def read_workload_file(path: Path) -> WorkloadFile:
+    """The file at `path`; `UserFileError` naming the file, line and key if it is wrong."""
     from gpupool.userfiles import read_text, read_yaml, unknown_key
 
     document = read_yaml(read_text(path, kind="a workload file"), str(path))
@@ -163,12 +173,14 @@ def read_workload_file(path: Path) -> dict[str, Any]:
         )
     fields: dict[str, Any] = {}
     env: dict[str, str] = {}
+    found: dict[str, str] = {}
     for raw_key, value in data.items():
         key = str(raw_key).replace("-", "_")
         loc = (raw_key,)
         where = f"{path}:{document.lines.of(loc)}: {raw_key}"
         if key not in FILE_KEYS:
             raise document.error(loc, unknown_key(str(raw_key), list(FILE_KEYS)))
+        found[FILE_KEYS[key]] = where
         if key == "command":
             if not isinstance(value, list):
                 raise document.error(loc, "must be a list, like command: [python, train.py]")
@@ -191,7 +203,20 @@ def read_workload_file(path: Path) -> dict[str, Any]:
             fields[FILE_KEYS[key]] = value
     if env:
         fields["env"] = env
-    return fields
+    return WorkloadFile(fields, found)
+
+
+def _invalid(body: Any, where: Mapping[str, str]) -> str:
+    """The 422 detail for WorkloadIn's errors, with `file:line: key` for a value from the file."""
+    parts = []
+    for detail in body.errors:
+        field = detail.field or ""
+        top, dot, rest = field.partition(".")
+        if top in where:
+            parts.append(f"{where[top]}{dot}{rest}: {detail.message}")
+        else:
+            parts.append(f"{field}: {detail.message}" if field else detail.message)
+    return "invalid request: " + "; ".join(parts)
 
 
 def _selector(document: YamlDocument, loc: KeyPath, raw: object) -> dict[str, list[str]]:
@@ -314,7 +339,8 @@ def submit(
     positional = ([] if name is None else [name]) + (command or [])
     if after_dashes is not None and len(positional) == len(after_dashes):
         name, command = None, after_dashes  # no NAME before `--`: all of it is the command
-    spec = load_workload_file(file) if file is not None else {}
+    from_file = load_workload_file(file) if file is not None else WorkloadFile({}, {})
+    spec = from_file.fields
 
     variables = dict(spec.get("env", {}))
     if env_file is not None:
@@ -353,6 +379,7 @@ def submit(
     if gpu is not None:
         spec.pop("gpu_memory", None)
     fields = spec | {key: value for key, value in given.items() if value is not None}
+    in_file = {k: v for k, v in from_file.where.items() if k in spec and given.get(k) is None}
     if "name" not in fields:
         fail("no workload name: give it first, `gpupool submit NAME ...`, or `name:` in the file")
     if "project" not in fields:
@@ -373,7 +400,7 @@ def submit(
         if not runnable:
             problems.append({"loc": ("command",), "msg": NO_COMMAND})  # type: ignore[typeddict-item]
         body = schemas.validation_error_out(problems)
-        fail(body.detail, body.errors)
+        fail(_invalid(body, in_file), body.errors)
     if not runnable:
         fail(NO_COMMAND)
     if "working_dir" not in fields and not _server_isolates_tasks():
