@@ -321,10 +321,17 @@ def simulate(
 
 
 def _write_all(outputs: dict[Path, str]) -> None:
-    """Write every file or none: all to temporary files first, then rename them into place."""
+    """Write every file or none: all to temporary files first, then rename them into place.
+
+    A path that is there and is not a regular file (`/dev/null`, `/dev/stdout`, a pipe) is
+    written to, never renamed over: a rename would replace the device with a file (as root,
+    `--json /dev/null` once broke /dev/null for the whole machine)."""
     staged: list[tuple[Path, Path]] = []
+    direct = {p: t for p, t in outputs.items() if p.exists() and not p.is_file()}
     try:
         for path, text in outputs.items():
+            if path in direct:
+                continue
             path.parent.mkdir(parents=True, exist_ok=True)
             temporary = path.with_name(f".{path.name}.tmp")
             temporary.write_text(text, encoding="utf-8")
@@ -335,6 +342,9 @@ def _write_all(outputs: dict[Path, str]) -> None:
         raise
     for temporary, path in staged:
         temporary.replace(path)
+    for path, text in direct.items():
+        with path.open("w", encoding="utf-8") as stream:
+            stream.write(text)
 
 
 register_server(app)
