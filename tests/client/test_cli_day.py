@@ -118,12 +118,21 @@ def test_the_command_after_dashes_is_not_taken_for_the_name(offline: Cli, tmp_pa
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("name: j\ngpus: 2\n", "unknown key 'gpus'; the keys are: name, project"),
-        ("name: j\ngpu: 1\ncommand: python train.py\n", "command must be a list"),
-        ("- name: j\n", "must be one YAML mapping"),
-        ("name: j\n---\nname: k\n", "is not valid YAML (one document)"),
-        ("name: j\ngpu: 1\nenv: [A]\ncommand: [x]\n", "env must be a mapping"),
-        ("name: j\ngpu: 1.5\ncommand: [x]\n", "gpu: a fraction must be between 0 and 1"),
+        (
+            "name: j\ngpus: 2\n",
+            "job.yaml:2: gpus: unknown key `gpus`; did you mean `gpu`? "
+            "(allowed here: name, project",
+        ),
+        ("name: j\ngpu: 1\ncommand: python train.py\n", "job.yaml:3: command: must be a list"),
+        ("- name: j\n", "job.yaml:1: must be one YAML mapping"),
+        ("name: j\n---\nname: k\n", "job.yaml:2: YAML syntax error: expected a single document"),
+        ("name: j\ngpu: 1\nenv: [A]\ncommand: [x]\n", "job.yaml:3: env: must be a mapping"),
+        ("name: j\ngpu: 1\nname: k\n", "job.yaml:3: name: key `name` appears twice"),
+        (
+            "name: j\ngpu: 1.5\ncommand: [x]\n",
+            "job.yaml:2: gpu: a fraction must be between 0 and 1",
+        ),
+        ("name: j\ngpu: 1\ntasks: 0\ncommand: [x]\n", "job.yaml:3: tasks: Input should be greater"),
     ],
 )
 def test_a_bad_workload_file_names_the_problem(
@@ -132,6 +141,14 @@ def test_a_bad_workload_file_names_the_problem(
     result = offline("submit", "-f", str(write(tmp_path / "job.yaml", text)))
     assert result.exit_code == 2, result.output
     assert message in result.stderr
+
+
+def test_a_bad_value_from_an_option_is_not_blamed_on_the_file(offline: Cli, tmp_path: Path) -> None:
+    file = write(tmp_path / "job.yaml", "name: j\ngpu: 1\ntasks: 2\ncommand: [x]\n")
+    result = offline("submit", "-f", str(file), "--tasks", "0")
+    assert result.exit_code == 2, result.output
+    assert "invalid request: tasks: Input should be greater" in result.stderr
+    assert "job.yaml:" not in result.stderr
 
 
 def test_json_and_another_output_format_conflict(offline: Cli) -> None:

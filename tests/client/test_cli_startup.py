@@ -26,6 +26,7 @@ HEAVY = (
     "gpupool.sim.packing",
     "gpupool.whatif.runner",
     "gpupool.whatif.loader",
+    "gpupool.userfiles.yamlfile",
     "gpupool.core.cycle",
     "gpupool.core.policies",
     "gpupool.api.schemas",

@@ -392,7 +392,7 @@ def test_the_error_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(TraceError) as info:
         load_pods(path)
     error = info.value
-    assert (error.path, error.line, error.column) == (str(path), 2, "gpu_milli")
+    assert (error.path, error.line, error.key_path) == (str(path), 2, "gpu_milli")
     assert str(error) == f"{path}:2: gpu_milli: 1500 is outside 0..1000 (milli-GPU of each GPU)"
 
 

@@ -94,7 +94,7 @@ def test_the_examples_run(tmp_path: Path) -> None:
     [
         (["--synthetic", "--workload", "w.jsonl"], "not both"),
         (["--workload", "w.jsonl", "--weeks", "2"], "--synthetic only"),
-        (["--workload", "missing.jsonl"], "missing.jsonl: cannot read"),
+        (["--workload", "missing.jsonl"], "missing.jsonl: no such file (cannot read the file)"),
         (["--workload", "bad.jsonl"], "bad.jsonl:2: gpu: "),
         (["--cluster", "bad.yaml"], "bad.yaml:1: nodes[0].gpu: unknown key"),
         (["--weeks", "0"], "--weeks"),
@@ -113,3 +113,23 @@ def test_bad_input_exits_2_and_writes_nothing(
     assert result.exit_code == 2, result.output
     assert words in " ".join(result.output.split())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl", "bad.yaml", "w.jsonl"]
+
+
+def test_a_device_or_pipe_is_written_to_not_replaced(tmp_path: Path) -> None:
+    """`--json /dev/null` as root once renamed a file over /dev/null; a pipe shows the same."""
+    import os
+    import stat
+    import threading
+
+    from gpupool.cli.main import _write_all
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    received: list[str] = []
+    reader = threading.Thread(target=lambda: received.append(pipe.read_text()), daemon=True)
+    reader.start()
+    _write_all({pipe: '{"ok": true}', tmp_path / "report.html": "<html>"})
+    reader.join(timeout=10)
+    assert stat.S_ISFIFO(pipe.stat().st_mode)
+    assert received == ['{"ok": true}']
+    assert (tmp_path / "report.html").read_text() == "<html>"

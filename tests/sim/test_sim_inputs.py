@@ -113,7 +113,7 @@ def test_bad_jsonl_rows_name_file_line_and_field(row: object, field: str, words:
     with pytest.raises(SimInputError) as caught:
         parse_workloads(text, "work.jsonl", PROJECTS)
     error = caught.value
-    assert (error.path, error.line, error.field) == ("work.jsonl", 2, field)
+    assert (error.path, error.line, error.key_path) == ("work.jsonl", 2, field)
     assert str(error).startswith(f"work.jsonl:2: {field}: ")
     assert words in error.message
 
@@ -140,7 +140,7 @@ def test_bad_csv_rows(tmp_path: Path, text: str, line: int, field: str, words: s
     path.write_text(text)
     with pytest.raises(SimInputError) as caught:
         load_workloads(path, PROJECTS)
-    assert (caught.value.line, caught.value.field) == (line, field)
+    assert (caught.value.line, caught.value.key_path) == (line, field)
     assert words in caught.value.message
     assert str(caught.value).startswith(f"{path}:{line}: {field}: ")
 
@@ -209,10 +209,10 @@ BAD_CLUSTERS = [
     (CLUSTER.replace("name: ops", "name: vision"), 14, "projects[2].name"),
     (CLUSTER.replace("name: node-2", "name: node-1"), 4, "nodes[1].name"),
     (CLUSTER.replace("quota: {gpu: 3}", "quota: {gpu: 3.0001}"), 15, "projects[2].quota.gpu"),
-    (CLUSTER.replace("    gpus: 4\n", "    gpus: 4\n    gpus: 5\n"), 6, "gpus"),
+    (CLUSTER.replace("    gpus: 4\n", "    gpus: 4\n    gpus: 5\n"), 6, "nodes[1].gpus"),
     (CLUSTER + "workloads: []\n", 18, "workloads"),
     (CLUSTER.replace("nodes:\n", "nodes: [\n"), None, ""),
-    ("projects: []\n", 1, "nodes"),
+    ("projects: []\n", 1, ""),  # the file as a whole misses `nodes`
 ]
 
 
@@ -220,7 +220,7 @@ BAD_CLUSTERS = [
 def test_bad_cluster_files_name_line_and_key(text: str, line: int | None, key: str) -> None:
     with pytest.raises(SimInputError) as caught:
         parse_cluster(text, "c.yaml")
-    assert caught.value.field == key
+    assert caught.value.key_path == key
     if line is not None:
         assert caught.value.line == line
     assert str(caught.value).startswith("c.yaml")
@@ -228,5 +228,18 @@ def test_bad_cluster_files_name_line_and_key(text: str, line: int | None, key: s
 
 def test_a_misspelt_key_is_named_with_the_likely_one() -> None:
     text = CLUSTER.replace("{name: node-1, gpus: 8}", "{name: node-1, gpu: 8}")
-    with pytest.raises(SimInputError, match=r"c.yaml:3: nodes\[0\].gpu: unknown key; did you mean"):
+    with pytest.raises(SimInputError) as caught:
         parse_cluster(text, "c.yaml")
+    # The misspelt key comes first, before the `gpus` its misspelling leaves missing.
+    assert str(caught.value).startswith(
+        "c.yaml:3: nodes[0].gpu: unknown key `gpu`; did you mean `gpus`? (allowed here: name, gpus,"
+    )
+    assert [str(p) for p in caught.value.also] == [
+        "c.yaml:3: nodes[0]: missing required key `gpus`"
+    ]
+
+
+def test_a_missing_key_is_named_in_the_message() -> None:
+    with pytest.raises(SimInputError) as caught:
+        parse_cluster("projects: []\n", "c.yaml")
+    assert str(caught.value) == "c.yaml:1: missing required key `nodes`"

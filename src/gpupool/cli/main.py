@@ -66,14 +66,15 @@ def run_file(
 ) -> FileOutcome:
     """Load and run one scenario file; malformed files and scheduler errors become outcomes.
     `placement` replaces the file's placement policy."""
-    from gpupool.whatif.loader import ScenarioError, load_scenario
+    from gpupool.userfiles import UserFileError
+    from gpupool.whatif.loader import load_scenario
     from gpupool.whatif.report import FileOutcome
     from gpupool.whatif.runner import run_scenario
 
     shown = str(path)
     try:
         scenario = load_scenario(path)
-    except ScenarioError as error:
+    except UserFileError as error:
         return FileOutcome(shown, error=error)
     if placement is not None:
         scenario = dataclasses.replace(
@@ -216,9 +217,10 @@ def simulate(
     from gpupool.sim.console import print_summary
     from gpupool.sim.durations import format_duration_s
     from gpupool.sim.engine import EngineSettings
-    from gpupool.sim.errors import SimInputError, SimulationError
+    from gpupool.sim.errors import SimulationError
     from gpupool.sim.synthetic import WEEK_S, generate
     from gpupool.sim.workload import load_workloads
+    from gpupool.userfiles import UserFileError
 
     to_stdout = json_path == "-"
     console = output_console(stderr=to_stdout)
@@ -245,8 +247,8 @@ def simulate(
             plural = "s" if weeks > 1 else ""
             source = f"synthetic (seed {seed}, {weeks} week{plural})"
             window_s = weeks * WEEK_S
-    except SimInputError as error:
-        fail(str(error))
+    except UserFileError as error:
+        fail(error.explain())
     except ValueError as error:
         fail(str(error))
     try:
@@ -319,10 +321,17 @@ def simulate(
 
 
 def _write_all(outputs: dict[Path, str]) -> None:
-    """Write every file or none: all to temporary files first, then rename them into place."""
+    """Write every file or none: all to temporary files first, then rename them into place.
+
+    A path that is there and is not a regular file (`/dev/null`, `/dev/stdout`, a pipe) is
+    written to, never renamed over: a rename would replace the device with a file (as root,
+    `--json /dev/null` once broke /dev/null for the whole machine)."""
     staged: list[tuple[Path, Path]] = []
+    direct = {p: t for p, t in outputs.items() if p.exists() and not p.is_file()}
     try:
         for path, text in outputs.items():
+            if path in direct:
+                continue
             path.parent.mkdir(parents=True, exist_ok=True)
             temporary = path.with_name(f".{path.name}.tmp")
             temporary.write_text(text, encoding="utf-8")
@@ -333,6 +342,9 @@ def _write_all(outputs: dict[Path, str]) -> None:
         raise
     for temporary, path in staged:
         temporary.replace(path)
+    for path, text in direct.items():
+        with path.open("w", encoding="utf-8") as stream:
+            stream.write(text)
 
 
 register_server(app)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperCommand
@@ -27,6 +28,9 @@ from gpupool.cli.common import (
     show,
 )
 from gpupool.cli.usage import parse_duration_s
+
+if TYPE_CHECKING:
+    from gpupool.userfiles import KeyPath, YamlDocument
 
 __all__ = ["FILE_KEYS", "SubmitCommand", "parse_cpu_milli", "read_env_file", "submit"]
 
@@ -138,68 +142,102 @@ def _pairs(items: list[str], option: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def _selector(raw: object, where: str) -> dict[str, list[str]]:
-    """A node selector from a file: `label: value` or `label: [value, ...]`."""
-    if not isinstance(raw, Mapping):
-        fail(f"{where}: node_selector must be a mapping like {{zone: eu-1}}")
-    selector = {}
-    for key, value in raw.items():
-        values = value if isinstance(value, list) else [value]
-        selector[str(key)] = [_scalar(v, f"{where}: node_selector.{key}") for v in values]
-    return selector
+@dataclass(frozen=True, slots=True)
+class WorkloadFile:
+    fields: dict[str, Any]
+    """WorkloadIn's fields, as the file gives them."""
+    where: dict[str, str]
+    """`file:line: key` of each field, for WorkloadIn's errors about a value from the file."""
 
 
-def _scalar(value: object, where: str) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str | int | float):
-        return str(value)
-    fail(f"{where} must be a string or a number (got {type(value).__name__})")
-
-
-def load_workload_file(path: Path) -> dict[str, Any]:
-    """A workload file's fields as WorkloadIn's, checked for unknown keys and shapes."""
-    import yaml  # only a workload file needs it
+def load_workload_file(path: Path) -> WorkloadFile:
+    """A workload file's fields as WorkloadIn's, checked for unknown keys and shapes; a problem
+    is shown as `file:line: key: message` (exit 2)."""
+    from gpupool.userfiles import UserFileError  # only a workload file needs YAML
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        fail(f"cannot read the workload file {path}: {error.strerror}")
-    except UnicodeDecodeError:
-        fail(f"the workload file {path} is not UTF-8 text")
-    except yaml.YAMLError as error:
-        fail(f"{path} is not valid YAML (one document): {error}".replace("\n", " "))
+        return read_workload_file(path)
+    except UserFileError as error:
+        fail(error.explain())
+
+
+def read_workload_file(path: Path) -> WorkloadFile:
+    """The file at `path`; `UserFileError` naming the file, line and key if it is wrong."""
+    from gpupool.userfiles import read_text, read_yaml, unknown_key
+
+    document = read_yaml(read_text(path, kind="a workload file"), str(path))
+    data = document.data
     if not isinstance(data, Mapping):
-        fail(f"{path} must be one YAML mapping like `name: job1`, `gpu: 1`, `command: [python]`")
+        raise document.error(
+            (), "must be one YAML mapping like `name: job1`, `gpu: 1`, `command: [python]`"
+        )
     fields: dict[str, Any] = {}
     env: dict[str, str] = {}
+    found: dict[str, str] = {}
     for raw_key, value in data.items():
         key = str(raw_key).replace("-", "_")
+        loc = (raw_key,)
+        where = f"{path}:{document.lines.of(loc)}: {raw_key}"
         if key not in FILE_KEYS:
-            fail(f"{path}: unknown key {raw_key!r}; the keys are: {', '.join(FILE_KEYS)}")
+            raise document.error(loc, unknown_key(str(raw_key), list(FILE_KEYS)))
+        found[FILE_KEYS[key]] = where
         if key == "command":
             if not isinstance(value, list):
-                fail(f"{path}: command must be a list, like command: [python, train.py]")
-            fields["command"] = [_scalar(v, f"{path}: command") for v in value]
+                raise document.error(loc, "must be a list, like command: [python, train.py]")
+            fields["command"] = [_scalar(document, (*loc, i), v) for i, v in enumerate(value)]
         elif key == "env":
             if not isinstance(value, Mapping):
-                fail(f"{path}: env must be a mapping, like env: {{SEED: '1'}}")
-            env |= {str(k): _scalar(v, f"{path}: env.{k}") for k, v in value.items()}
+                raise document.error(loc, "must be a mapping, like env: {SEED: '1'}")
+            env |= {str(k): _scalar(document, (*loc, k), v) for k, v in value.items()}
         elif key == "env_file":
             env = read_env_file(path.parent / str(value)) | env
         elif key == "cpu":
-            fields["cpu_milli"] = parse_cpu_milli(value, f"{path}: cpu")
+            fields["cpu_milli"] = parse_cpu_milli(value, where)
         elif key == "node_selector":
-            fields["node_selector"] = _selector(value, str(path))
+            fields["node_selector"] = _selector(document, loc, value)
         elif key == "min_runtime" and value is not None:
-            fields["min_runtime_s"] = parse_min_runtime_s(value, f"{path}: min_runtime")
+            fields["min_runtime_s"] = parse_min_runtime_s(value, where)
         elif key == "working_dir" and value is not None:
             fields["working_dir"] = os.path.abspath(path.parent / str(value))
         elif value is not None:
             fields[FILE_KEYS[key]] = value
     if env:
         fields["env"] = env
-    return fields
+    return WorkloadFile(fields, found)
+
+
+def _invalid(body: Any, where: Mapping[str, str]) -> str:
+    """The 422 detail for WorkloadIn's errors, with `file:line: key` for a value from the file."""
+    parts = []
+    for detail in body.errors:
+        field = detail.field or ""
+        top, dot, rest = field.partition(".")
+        if top in where:
+            parts.append(f"{where[top]}{dot}{rest}: {detail.message}")
+        else:
+            parts.append(f"{field}: {detail.message}" if field else detail.message)
+    return "invalid request: " + "; ".join(parts)
+
+
+def _selector(document: YamlDocument, loc: KeyPath, raw: object) -> dict[str, list[str]]:
+    """A node selector from a file: `label: value` or `label: [value, ...]`."""
+    if not isinstance(raw, Mapping):
+        raise document.error(loc, "must be a mapping like {zone: eu-1}")
+    selector = {}
+    for key, value in raw.items():
+        values = value if isinstance(value, list) else [value]
+        selector[str(key)] = [_scalar(document, (*loc, key), v) for v in values]
+    return selector
+
+
+def _scalar(document: YamlDocument, loc: KeyPath, value: object) -> str:
+    from gpupool.userfiles import yaml_kind
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    raise document.error(loc, f"must be a string or a number (got a {yaml_kind(value)})")
 
 
 def submit(
@@ -301,7 +339,8 @@ def submit(
     positional = ([] if name is None else [name]) + (command or [])
     if after_dashes is not None and len(positional) == len(after_dashes):
         name, command = None, after_dashes  # no NAME before `--`: all of it is the command
-    spec = load_workload_file(file) if file is not None else {}
+    from_file = load_workload_file(file) if file is not None else WorkloadFile({}, {})
+    spec = from_file.fields
 
     variables = dict(spec.get("env", {}))
     if env_file is not None:
@@ -340,6 +379,7 @@ def submit(
     if gpu is not None:
         spec.pop("gpu_memory", None)
     fields = spec | {key: value for key, value in given.items() if value is not None}
+    in_file = {k: v for k, v in from_file.where.items() if k in spec and given.get(k) is None}
     if "name" not in fields:
         fail("no workload name: give it first, `gpupool submit NAME ...`, or `name:` in the file")
     if "project" not in fields:
@@ -360,7 +400,7 @@ def submit(
         if not runnable:
             problems.append({"loc": ("command",), "msg": NO_COMMAND})  # type: ignore[typeddict-item]
         body = schemas.validation_error_out(problems)
-        fail(body.detail, body.errors)
+        fail(_invalid(body, in_file), body.errors)
     if not runnable:
         fail(NO_COMMAND)
     if "working_dir" not in fields and not _server_isolates_tasks():

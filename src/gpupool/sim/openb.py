@@ -35,6 +35,7 @@ from gpupool.sim.openb_files import (
     DEFAULT_POD_LIST_FILE,
     GPU_NODE_LIST_FILE,
 )
+from gpupool.userfiles import UserFileError
 
 __all__ = [
     "ALL_NODE_LIST_FILE",
@@ -88,22 +89,13 @@ memory, and the core charges those in milli-GPU whatever the device size is.
 _INTEGER = re.compile(r"-?[0-9]+")
 
 
-class TraceError(ValueError):
-    """A trace file that is not what the trace's README defines: where and what.
+TraceError = UserFileError
+"""A trace file that is not what the trace's README defines: the one error type of every user
+file (`gpupool.userfiles`), under the name it had here.
 
-    `line` is the 1-based line of the file (the header is line 1); `column` names the column at
-    fault, or `header` / `row` when the problem is the header line or the row as a whole.
-    """
-
-    def __init__(self, path: str, line: int, column: str, message: str) -> None:
-        super().__init__(path, line, column, message)
-        self.path = path
-        self.line = line
-        self.column = column
-        self.message = message
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.column}: {self.message}"
+`line` is the 1-based line of the file (the header is line 1); `key_path` names the column at
+fault, or `header` / `row` when the problem is the header line or the row as a whole.
+"""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,8 @@ One workload per line (JSONL: one JSON object; CSV: one row under a header). Fie
 
 GPU amounts are parsed once, here, into the core's `GpuRequest` (integer milli-GPU); utilization
 into per-mille. Anything else is an error naming `file:line: field`, what is wrong and how to fix
-it; rows are never guessed at or fixed.
+it (a `UserFileError`, the one error type of every user file); rows are never guessed at or
+fixed.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from gpupool.core.model import GpuRequest, WorkloadType
-from gpupool.sim.errors import SimInputError
 from gpupool.units import GpuAmount, parse_gpu, parse_gpu_limit
+from gpupool.userfiles import UserFileError, read_text, show_input
 
 __all__ = [
     "DEFAULT_UTIL_PERMILLE",
@@ -93,18 +94,10 @@ def load_workloads(
     shown = os.fspath(path)
     suffix = Path(shown).suffix.lower()
     if suffix not in (".jsonl", ".csv"):
-        raise SimInputError(
+        raise UserFileError(
             shown, None, "", "unknown file type; name a workload file *.jsonl or *.csv"
         )
-    try:
-        data = Path(shown).read_bytes()
-    except OSError as exc:
-        raise SimInputError(shown, None, "", f"cannot read the file: {exc.strerror}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise SimInputError(shown, line, "row", f"not UTF-8 text: {exc.reason}") from None
+    text = read_text(shown, kind="a workload file", row_key="row")
     return parse_workloads(text, shown, projects, csv_format=suffix == ".csv")
 
 
@@ -127,7 +120,7 @@ def parse_workloads(
         seen[workload.name] = row.line
         out.append(workload)
     if not out:
-        raise SimInputError(path, None, "", "no workloads in the file; add at least one row")
+        raise UserFileError(path, None, "", "no workloads in the file; add at least one row")
     return tuple(out)
 
 
@@ -143,8 +136,8 @@ class _Row:
     values: Mapping[str, object]
     text: bool
 
-    def error(self, field: str, message: str) -> SimInputError:
-        return SimInputError(self.path, self.line, field, message)
+    def error(self, field: str, message: str) -> UserFileError:
+        return UserFileError(self.path, self.line, field, message)
 
     def workload(self, projects: list[str]) -> SimWorkload:
         for field in REQUIRED_FIELDS:
@@ -178,14 +171,16 @@ class _Row:
     def _name(self, field: str) -> str:
         value = self.values[field]
         if not isinstance(value, str) or not value.strip():
-            raise self.error(field, f"{_show(value)}; expected a non-empty name")
+            raise self.error(field, f"{show_input(value)}; expected a non-empty name")
         return value.strip()
 
     def _type(self) -> WorkloadType:
         value = self.values["type"]
         allowed = [t.value for t in WorkloadType]
         if value not in allowed:
-            raise self.error("type", f"unknown type {_show(value)}; expected {' | '.join(allowed)}")
+            raise self.error(
+                "type", f"unknown type {show_input(value)}; expected {' | '.join(allowed)}"
+            )
         return WorkloadType(value)
 
     def _int(self, field: str, default: int | None, *, least: int) -> int:
@@ -199,7 +194,9 @@ class _Row:
         elif not self.text and isinstance(value, int) and not isinstance(value, bool):
             number = value
         if number is None:
-            raise self.error(field, f"{_show(value)} is not a whole number; write it like 3600")
+            raise self.error(
+                field, f"{show_input(value)} is not a whole number; write it like 3600"
+            )
         if number < least:
             raise self.error(field, f"{number} is too small; it must be at least {least}")
         return number
@@ -230,21 +227,9 @@ class _Row:
         if number is None or not number.is_finite() or not 0 <= number <= 1:
             raise self.error(
                 "mean_gpu_util",
-                f"{_show(value)}; expected a number from 0 to 1 (0.9 = busy 90% of the time)",
+                f"{show_input(value)}; expected a number from 0 to 1 (0.9 = busy 90% of the time)",
             )
         return int((number * 1000).to_integral_value())
-
-
-def _show(value: object) -> str:
-    if value is None:
-        return "nothing"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, int | float):
-        return str(value)
-    return f"a {type(value).__name__}"
 
 
 def _jsonl_rows(text: str, path: str) -> Iterator[_Row]:
@@ -254,7 +239,7 @@ def _jsonl_rows(text: str, path: str) -> Iterator[_Row]:
         try:
             value = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise SimInputError(
+            raise UserFileError(
                 path,
                 line,
                 "row",
@@ -263,8 +248,8 @@ def _jsonl_rows(text: str, path: str) -> Iterator[_Row]:
                 '"duration_s": 3600}',
             ) from None
         if not isinstance(value, dict):
-            raise SimInputError(
-                path, line, "row", f"{_show(value)}; each line is one JSON object {{...}}"
+            raise UserFileError(
+                path, line, "row", f"{show_input(value)}; each line is one JSON object {{...}}"
             )
         _check_fields(path, line, value)
         yield _Row(path, line, value, text=False)
@@ -275,31 +260,31 @@ def _csv_rows(text: str, path: str) -> Iterator[_Row]:
     try:
         header = next(reader, None)
         if not header:
-            raise SimInputError(
+            raise UserFileError(
                 path, 1, "header", f"no header line; expected some of: {', '.join(FIELDS)}"
             )
         columns = [column.strip() for column in header]
         for index, column in enumerate(columns):
             if column in columns[:index]:
-                raise SimInputError(path, 1, column, "column appears twice")
+                raise UserFileError(path, 1, column, "column appears twice")
         _check_fields(path, 1, dict.fromkeys(columns))
         for fields in reader:
             line = reader.line_num
             if not fields or all(not f.strip() for f in fields):
                 continue
             if len(fields) != len(columns):
-                raise SimInputError(
+                raise UserFileError(
                     path, line, "row", f"{len(fields)} fields, expected {len(columns)} (header)"
                 )
             values = {c: (v.strip() or None) for c, v in zip(columns, fields, strict=True)}
             yield _Row(path, line, values, text=True)
     except csv.Error as exc:
-        raise SimInputError(path, reader.line_num, "row", f"malformed CSV: {exc}") from None
+        raise UserFileError(path, reader.line_num, "row", f"malformed CSV: {exc}") from None
 
 
 def _check_fields(path: str, line: int, values: Mapping[str, object]) -> None:
     unknown = [key for key in values if key not in FIELDS]
     if unknown:
-        raise SimInputError(
+        raise UserFileError(
             path, line, str(unknown[0]), f"unknown field; known fields are {', '.join(FIELDS)}"
         )

@@ -20,7 +20,7 @@ from rich.text import Text
 from gpupool.core.decisions import Bind, Decision, Evict, Move
 from gpupool.core.model import MILLI_PER_GPU, GpuRequest, GpuRequestKind, Resources, TaskPlacement
 from gpupool.units import format_gpu_milli
-from gpupool.whatif.loader import ScenarioError
+from gpupool.userfiles import UserFileError
 from gpupool.whatif.runner import (
     Failure,
     RunResult,
@@ -41,7 +41,7 @@ class FileOutcome:
 
     path: str
     result: RunResult | None = None
-    error: ScenarioError | None = None
+    error: UserFileError | None = None
     internal_error: str | None = None
 
     @property
@@ -143,7 +143,7 @@ def _failure_json(failure: Failure) -> JsonObject:
     }
 
 
-def _error_json(error: ScenarioError) -> JsonObject:
+def _error_json(error: UserFileError) -> JsonObject:
     return {
         "path": error.path,
         "line": error.line,

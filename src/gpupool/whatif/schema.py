@@ -24,7 +24,8 @@ from pydantic import (
 )
 
 from gpupool.core.policies import canonical_name
-from gpupool.specs import (
+from gpupool.units import GpuAmount, parse_gpu, parse_gpu_limit
+from gpupool.userfiles.models import (
     AmountsSpec,
     GpuMilli,
     Int,
@@ -34,8 +35,7 @@ from gpupool.specs import (
     PosInt,
     ProjectSpec,
 )
-from gpupool.specs import SpecModel as _Model
-from gpupool.units import GpuAmount, parse_gpu, parse_gpu_limit
+from gpupool.userfiles.models import SpecModel as _Model
 
 GpuPerTask = Annotated[GpuAmount, PlainValidator(parse_gpu)]
 

@@ -1,9 +1,13 @@
-"""Pydantic models of what several input files share: nodes, projects, quotas and limits.
+"""Pydantic models of what several user files share: nodes, projects, quotas and limits.
 
 The scenario format (`gpupool.whatif.schema`) and the simulator's cluster file
 (`gpupool.sim.cluster`) describe nodes and projects the same way; both build on these. Every
 model forbids unknown keys and takes numbers strictly; GPU amounts are parsed once, here, into
 milli-GPU by `gpupool.units`; `to_core` gives the core's frozen `Node` and `Project`.
+
+These are the file formats' models, not the API's: `gpupool.api.schemas` describes what the
+HTTP API takes (text quantities like `80G`, limits per field, its own error bodies), and a
+user's file is read with line numbers into these. (They were `gpupool.specs`.)
 """
 
 from __future__ import annotations
