@@ -18,6 +18,13 @@ from gpupool.core.decisions import (
     Move,
     MoveCause,
 )
+from gpupool.core.lifecycle import (
+    WORKLOAD,
+    TaskEvent,
+    TransitionError,
+    WorkloadEvent,
+    WorkloadStatus,
+)
 from gpupool.core.model import (
     GpuRequest,
     Node,
@@ -404,9 +411,9 @@ def test_the_snapshot_keeps_record_order_when_a_workload_comes_back() -> None:
     cluster, _, _ = cluster_of({})
     for seq, name in enumerate("abc"):
         cluster.add(job(name, seq=seq), None, State.PENDING)
-    cluster.stop("a", State.SUSPENDED, 0, "suspended")
+    cluster.stop("a", WorkloadEvent.SUSPEND, 0, "suspended")
     assert [w.name for w in cluster.snapshot(0).workloads] == ["b", "c"]
-    cluster.stop("a", State.PENDING, 0, None)
+    cluster.stop("a", WorkloadEvent.RESUME, 0, None)
     assert [w.name for w in cluster.snapshot(0).workloads] == ["a", "b", "c"]
 
 
@@ -478,24 +485,27 @@ def test_apply_decisions_drops_an_evicted_non_preemptible_workload() -> None:
     assert [w.name for w in after.workloads] == ["p"]
 
 
-# --- every state change goes through one method ------------------------------------------------
+# --- every state change goes through one method, and the lifecycle table -------------------------
 
 
 class Spy(SimulatedCluster):
-    """Writes down every `_change_state` call as (workload, from, to)."""
+    """Writes down every `_change_state` call as (workload, status, event, state before, state
+    after)."""
 
-    changes: list[tuple[str, State, State]]
+    changes: list[tuple[str, WorkloadStatus | None, WorkloadEvent | TaskEvent, State, State]]
 
     def _change_state(
-        self, record: WorkloadRecord, state: State, **changes: object
+        self, record: WorkloadRecord, event: WorkloadEvent | TaskEvent, **changes: object
     ) -> WorkloadRecord:
-        self.changes.append((record.name, record.state, state))
-        return super()._change_state(record, state, **changes)
+        changed = super()._change_state(record, event, **changes)
+        self.changes.append((record.name, record.status, event, record.state, changed.state))
+        return changed
 
 
-def test_every_state_change_goes_through_change_state() -> None:
-    """Each workload's chain of recorded changes is unbroken and ends in its final state: a
-    state changed anywhere else would break the chain."""
+def test_every_state_change_goes_through_change_state_and_the_table() -> None:
+    """Each workload's chain of recorded changes is unbroken and ends in its final state (a
+    state changed anywhere else would break the chain), and each workload event is one the
+    lifecycle table allows from the status it was taken from."""
     script = Script(
         {
             0: [[bind("x", on("n1", 0)), bind("y", on("n1", 1)), bind("z", on("n2", 0))]],
@@ -513,23 +523,108 @@ def test_every_state_change_goes_through_change_state() -> None:
     for t in (0, 10):
         cluster.push_wakeup(t)
     cluster.run(Recorder(cluster))
-    cluster.stop("w", State.SUSPENDED, 200, "suspended by its user")
-    cluster.stop("w", State.PENDING, 201, None)
-    cluster.stop("z", State.DELETED, 202, "deleted by its user")
+    cluster.stop("w", WorkloadEvent.SUSPEND, 200, "suspended by its user")
+    cluster.stop("w", WorkloadEvent.RESUME, 201, None)
+    cluster.stop("z", WorkloadEvent.DELETE, 202, "deleted by its user")
     for name, record in cluster.records.items():
-        state = State.PENDING
-        for changed, before, after in cluster.changes:
+        state: State | None = None
+        for changed, _, _, before, after in cluster.changes:
             if changed == name:
-                assert before is state, (name, cluster.changes)
+                assert state is None or before is state, (name, cluster.changes)
                 state = after
         assert state is record.state, name
-    assert {(b, a) for _, b, a in cluster.changes} == {
-        (State.PENDING, State.RUNNING),
-        (State.RUNNING, State.STOPPING),
-        (State.STOPPING, State.PENDING),
-        (State.STOPPING, State.FAILED),
-        (State.RUNNING, State.SUCCEEDED),
-        (State.PENDING, State.SUSPENDED),
-        (State.SUSPENDED, State.PENDING),
-        (State.RUNNING, State.DELETED),
+    for _, status, event, _, _ in cluster.changes:
+        if isinstance(event, WorkloadEvent):
+            assert WORKLOAD.allows(status, event), (status, event)
+    assert {(e, b, a) for _, _, e, b, a in cluster.changes if b is not State.DELETED} == {
+        (WorkloadEvent.BIND, State.PENDING, State.RUNNING),
+        (WorkloadEvent.PREEMPT, State.RUNNING, State.STOPPING),
+        (WorkloadEvent.FAIL, State.RUNNING, State.STOPPING),
+        (TaskEvent.END, State.STOPPING, State.PENDING),
+        (TaskEvent.END, State.STOPPING, State.FAILED),
+        (WorkloadEvent.SUCCEED, State.RUNNING, State.SUCCEEDED),
+        (WorkloadEvent.SUSPEND, State.PENDING, State.SUSPENDED),
+        (WorkloadEvent.RESUME, State.SUSPENDED, State.PENDING),
+        (WorkloadEvent.DELETE, State.RUNNING, State.DELETED),
     }
+    submits = [(n, s, b, a) for n, s, e, b, a in cluster.changes if e is WorkloadEvent.SUBMIT]
+    assert submits == [(n, None, State.DELETED, State.PENDING) for n in "xyzw"]
+    assert cluster.records["z"].status is None  # deleted: removed from the table's view
+
+
+def test_the_status_behind_each_printed_state() -> None:
+    """Stopping is the eviction's end already (pending, or failed when not preemptible);
+    succeeded is completed; deleted is no status at all."""
+    cluster, _, hooks = cluster_of(
+        {0: [[bind("x"), bind("y", on("n1", 1))]], 5: [[evict("x"), evict("y")]]},
+        grace_period_s=30,
+    )
+    cluster.add(job("x"), 100, State.PENDING)
+    cluster.add(job("y", preemptible=False, seq=1), 100, State.PENDING)
+    for t in (0, 5):
+        cluster.push_wakeup(t)
+    cluster.run(hooks, until_s=6)
+    x, y = cluster.records["x"], cluster.records["y"]
+    assert (x.state, x.status, x.stops_at_s) == (State.STOPPING, WorkloadStatus.PENDING, 35)
+    assert (y.state, y.status, y.finish_s) == (State.STOPPING, WorkloadStatus.FAILED, None)
+    cluster.run(hooks)
+    y = cluster.records["y"]
+    assert (y.state, y.status, y.finish_s) == (State.FAILED, WorkloadStatus.FAILED, 35)
+    cluster.stop("y", WorkloadEvent.DELETE, 40, "deleted")
+    assert (cluster.records["y"].state, cluster.records["y"].status) == (State.DELETED, None)
+
+
+@pytest.mark.parametrize(
+    ("setup", "event", "message"),
+    [
+        ([], WorkloadEvent.RESUME, "cannot resume a pending workload"),
+        ([], WorkloadEvent.PREEMPT, "cannot preempt a pending workload"),
+        ([WorkloadEvent.DELETE], WorkloadEvent.DELETE, "cannot delete no workload"),
+        ([WorkloadEvent.SUSPEND], WorkloadEvent.SUSPEND, "cannot suspend a suspended"),
+        ([WorkloadEvent.FAIL], WorkloadEvent.SUCCEED, "cannot succeed a failed workload"),
+    ],
+)
+def test_a_change_the_lifecycle_table_refuses_raises_and_changes_nothing(
+    setup: list[WorkloadEvent], event: WorkloadEvent, message: str
+) -> None:
+    cluster, _, _ = cluster_of({})
+    cluster.add(job("x"), 100, State.PENDING)
+    for earlier in setup:
+        cluster.stop("x", earlier, 0, None)
+    before = cluster.records["x"]
+    with pytest.raises(TransitionError, match=message):
+        cluster.stop("x", event, 1, None)
+    assert cluster.records["x"] is before
+
+
+def test_the_end_of_a_grace_period_for_a_workload_whose_tasks_do_not_stop_is_refused() -> None:
+    """The tasks' END is checked against the task table: a pending workload has no live task."""
+    cluster = Spy(NODES, PROJECTS, ClusterSettings(), Script({}))
+    cluster.changes = []
+    cluster.add(job("x"), 100, State.PENDING)
+    with pytest.raises(TransitionError, match="cannot end no task"):
+        cluster._change_state(cluster.records["x"], TaskEvent.END)
+
+
+@pytest.mark.parametrize(
+    ("workload", "finish", "word"),
+    [
+        (running_job("x", started_at_s=0), WorkloadEvent.SUCCEED, "succeeded"),
+        (job("x"), WorkloadEvent.DELETE, "deleted"),
+    ],
+)
+def test_a_core_that_binds_a_finished_or_deleted_workload_breaks_its_contract(
+    workload: Workload, finish: WorkloadEvent, word: str
+) -> None:
+    cluster, _, hooks = cluster_of({0: [[bind("x")]]})
+    cluster.add(workload, 100, State.RUNNING if workload.placements else State.PENDING)
+    cluster.stop("x", finish, 0, None)
+    cluster.push_wakeup(0)
+    with pytest.raises(CoreContractError, match=f"that workload is {word}, not pending"):
+        cluster.run(hooks)
+
+
+def test_a_workload_enters_only_pending_or_running() -> None:
+    cluster, _, _ = cluster_of({})
+    with pytest.raises(ValueError, match="not suspended"):
+        cluster.add(job("x"), 100, State.SUSPENDED)

@@ -10,7 +10,10 @@ its `WHERE state IN (...)` and its new state, so a set-based update obeys the sa
 The wire values of `WorkloadStatus` and `TaskState` are what the API answers and the database
 stores: never change one (`gpupool.api` re-exports these very enums).
 
-How the simulated cluster's states map (what-if's `State`, the simulator's states):
+How the simulated cluster's states map (what-if's `State`, the simulator's states): the
+simulated cluster changes a workload's status only through `WORKLOAD` (and its tasks' end of a
+grace period through `TASK`), and derives the printed state from it
+(`gpupool.simcluster.records.printed_state`):
 
 - pending, running, suspended, failed: the same names here.
 - succeeded: `COMPLETED` (a timeline `complete` event and a workload whose run time is up are

@@ -5,7 +5,8 @@ a grace period and checkpoint progress, move), completions, the settle loop, and
 driver observes it through. It imports the core and the standard library only.
 
   events   the event queue: what happens at which simulated second, in which order
-  records  a workload's record and states; checkpoint and GPU-holding arithmetic
+  records  a workload's record, its lifecycle status and printed state; checkpoint and
+           GPU-holding arithmetic
   hooks    settings, the `ClusterHooks` seam, settle and run outcomes
   cluster  `SimulatedCluster`: the loop and every state change
   words    placements and decisions in words

@@ -27,11 +27,21 @@ replaced; with `restart_on_consolidation` a consolidation move restarts the work
 last checkpoint (counted in `restarts`). A decision about a workload that is not pending or
 running (or a move of a task that does not run) is a `CoreContractError`.
 
-Every change of a workload's state goes through `SimulatedCluster._change_state`. Stopping,
-succeeded, failed, suspended and deleted workloads are not in the core's snapshot: a stopping
-workload's devices may be bound again at once, as an executor starts the new task only once the
-old one is gone. The snapshot is kept incrementally (only changed workloads are replaced). No
-clock and no randomness: the same inputs give the same run.
+States. Every change of a workload's state goes through `SimulatedCluster._change_state`, which
+names a lifecycle event and lets the core's tables (`gpupool.core.lifecycle`) decide the new
+status: a change they refuse raises `TransitionError` (a bug in the driver or the cluster; a
+decision about a workload outside the core's snapshot is a `CoreContractError` before that).
+Submit, bind, succeed, suspend, resume, delete (then remove) are the table's events; an evicted
+workload is at once at the eviction's end (`PREEMPT`: pending, or `FAIL` if it is not
+preemptible) while its tasks stop, printed stopping, until the tasks' `END` after the grace
+period; a restart after a consolidation move changes no state (the table's `PREEMPT` then
+`BIND`, which end where they began). The printed `State` follows from the status (see
+`records.printed_state`).
+
+Stopping, succeeded, failed, suspended and deleted workloads are not in the core's snapshot: a
+stopping workload's devices may be bound again at once, as an executor starts the new task only
+once the old one is gone. The snapshot is kept incrementally (only changed workloads are
+replaced). No clock and no randomness: the same inputs give the same run.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpupool.core.decisions import Bind, CycleResult, Decision, Evict, Move, MoveCause
+from gpupool.core.lifecycle import FINISHED, TaskEvent, WorkloadEvent
 from gpupool.core.model import Node, Project, Snapshot, Workload
 from gpupool.simcluster.events import Event, EventKind, EventQueue
 from gpupool.simcluster.hooks import (
@@ -59,12 +70,11 @@ from gpupool.simcluster.records import (
     WorkloadRecord,
     checkpointed_s,
     held_gpu_milli,
+    status_after,
 )
 from gpupool.simcluster.words import describe_decision
 
 __all__ = ["SimulatedCluster"]
-
-_FINISHED = (State.SUCCEEDED, State.FAILED)
 
 
 class SimulatedCluster:
@@ -126,32 +136,37 @@ class SimulatedCluster:
     # --- what drivers change -------------------------------------------------------------------
 
     def add(self, workload: Workload, duration_s: int | None, state: State) -> None:
-        """A workload enters (running: on `workload.placements` since `started_at_s`)."""
-        record = WorkloadRecord(workload, State.PENDING, duration_s)
+        """A workload enters, pending or running (on `workload.placements` since
+        `started_at_s`): submitted, then bound."""
+        if state not in ACTIVE:
+            raise ValueError(f"a workload enters pending or running, not {state.value}")
         self._index.setdefault(workload.name, len(self._index))
-        self._store(record)
+        record = self._change_state(
+            WorkloadRecord(workload, None, duration_s), WorkloadEvent.SUBMIT
+        )
         if state is State.RUNNING:
             started = workload.started_at_s
             record = self._change_state(
                 record,
-                State.RUNNING,
+                WorkloadEvent.BIND,
                 run_started_s=started,
                 generation=1,
                 first_start_s=started,
             )
             self._queue_completion(record, self._now_s)
-        elif state is not State.PENDING:
-            self._change_state(record, state)
 
     def set_project(self, project: Project) -> None:
         """Replace a project (by name), e.g. with a new quota."""
         self._projects[project.name] = project
         self._project_tuple = tuple(self._projects.values())
 
-    def stop(self, name: str, state: State, now_s: int, reason: str | None) -> WorkloadRecord:
-        """`name` stops running (or waiting) and enters `state`; all its progress is kept."""
+    def stop(
+        self, name: str, event: WorkloadEvent, now_s: int, reason: str | None
+    ) -> WorkloadRecord:
+        """`name` stops running (or waiting) by `event` (e.g. `SUSPEND`, `RESUME`, `SUCCEED`,
+        `DELETE`); all its progress is kept. `TransitionError` if the table refuses it."""
         record = self._records[name]
-        return self._stop(record, state, now_s, progress_s=record.run_time_s(now_s), reason=reason)
+        return self._stop(record, event, now_s, progress_s=record.run_time_s(now_s), reason=reason)
 
     def apply(
         self, decisions: Iterable[Decision], now_s: int, hooks: ClusterHooks | None = None
@@ -266,11 +281,11 @@ class SimulatedCluster:
         record = self._current(event, State.STOPPING)
         if record is None:
             return False
-        if record.workload.is_preemptible:
-            state, reason = State.PENDING, None
-        else:
-            state, reason = State.FAILED, record.reason
-        stopped = self._stop(record, state, now, progress_s=record.progress_s, reason=reason)
+        # Its status is already pending (preempted) or failed: only its tasks end now.
+        reason = None if record.workload.is_preemptible else record.reason
+        stopped = self._stop(
+            record, TaskEvent.END, now, progress_s=record.progress_s, reason=reason
+        )
         hooks.on_stop_finished(stopped, now)
         return True
 
@@ -280,7 +295,7 @@ class SimulatedCluster:
             return False
         done = self._stop(
             record,
-            State.SUCCEEDED,
+            WorkloadEvent.SUCCEED,
             now,
             progress_s=record.run_time_s(now),
             reason=f"completed after {record.duration_s} s",
@@ -320,12 +335,16 @@ class SimulatedCluster:
         placements = tuple(
             sorted(record.workload.placements + bind.placements, key=lambda p: p.task_index)
         )
-        if record.state is State.RUNNING:
-            self._store(replace(record, workload=replace(record.workload, placements=placements)))
+        if record.state is State.RUNNING:  # more tasks: a bind that keeps it running
+            self._change_state(
+                record,
+                WorkloadEvent.BIND,
+                workload=replace(record.workload, placements=placements),
+            )
             return
         record = self._change_state(
             record,
-            State.RUNNING,
+            WorkloadEvent.BIND,
             workload=replace(record.workload, placements=placements, started_at_s=now),
             run_started_s=now,
             generation=record.generation + 1,
@@ -355,17 +374,17 @@ class SimulatedCluster:
         kept_s = checkpointed_s(progress, settings.checkpoint_interval_s)
         record = self._lose(record, progress - kept_s)
         why = f"evicted at t={now}: {evict.reason}"
-        if settings.grace_period_s > 0:
+        event = WorkloadEvent.PREEMPT if record.workload.is_preemptible else WorkloadEvent.FAIL
+        if settings.grace_period_s > 0:  # at the eviction's end at once; its tasks stop
             ends_s = now + settings.grace_period_s
             record = self._stop(
-                record, State.STOPPING, now, progress_s=kept_s, reason=why, stops_at_s=ends_s
+                record, event, now, progress_s=kept_s, reason=why, stops_at_s=ends_s
             )
             self._queue.push(ends_s, EventKind.STOP, record.name, record.generation)
-        elif record.workload.is_preemptible:
-            self._stop(record, State.PENDING, now, progress_s=kept_s, reason=why)
         else:
-            why += settings.not_preemptible_words
-            self._stop(record, State.FAILED, now, progress_s=kept_s, reason=why)
+            if event is WorkloadEvent.FAIL:
+                why += settings.not_preemptible_words
+            self._stop(record, event, now, progress_s=kept_s, reason=why)
 
     def _move(self, record: WorkloadRecord, move: Move, now: int) -> None:
         index = move.target.task_index
@@ -382,6 +401,7 @@ class SimulatedCluster:
             return
         progress = record.run_time_s(now)
         kept_s = checkpointed_s(progress, self._settings.checkpoint_interval_s)
+        # A restart is the table's PREEMPT then BIND: running again, no state changes.
         record = replace(
             self._lose(record, progress - kept_s),
             progress_s=kept_s,
@@ -403,29 +423,36 @@ class SimulatedCluster:
     def _stop(
         self,
         record: WorkloadRecord,
-        state: State,
+        event: WorkloadEvent | TaskEvent,
         now: int,
         *,
         progress_s: int,
         reason: str | None,
         stops_at_s: int | None = None,
     ) -> WorkloadRecord:
-        """`record` stops running (or waiting) and enters `state` with `progress_s` kept."""
+        """`record` stops running (or waiting) by `event`, with `progress_s` kept; with
+        `stops_at_s`, its tasks stop until then."""
+        status = status_after(record.status, record.tasks, event)  # `_change_state` checks it
+        finished = stops_at_s is None and status in FINISHED
         return self._change_state(
             record,
-            state,
+            event,
             workload=replace(record.workload, placements=(), started_at_s=None),
             progress_s=progress_s,
             run_started_s=None,
             generation=record.generation + 1,
             stops_at_s=stops_at_s,
-            finish_s=now if state in _FINISHED else None,
+            finish_s=now if finished else None,
             reason=reason,
         )
 
-    def _change_state(self, record: WorkloadRecord, state: State, **changes: Any) -> WorkloadRecord:
-        """The one place a workload's state changes (the seam for a shared transition table)."""
-        changed = replace(record, state=state, **changes)
+    def _change_state(
+        self, record: WorkloadRecord, event: WorkloadEvent | TaskEvent, **changes: Any
+    ) -> WorkloadRecord:
+        """The one place a workload's state changes: `event`'s new status is the lifecycle
+        table's (`TransitionError` if it refuses, and nothing changes)."""
+        status = status_after(record.status, record.tasks, event)
+        changed = replace(record, status=status, **changes)
         self._store(changed)
         return changed
 

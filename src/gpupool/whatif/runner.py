@@ -52,6 +52,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from gpupool.core.decisions import CycleResult, Decision, ProjectShare
+from gpupool.core.lifecycle import WorkloadEvent
 from gpupool.core.model import Resources, Snapshot
 from gpupool.simcluster import (
     ClusterSettings,
@@ -300,6 +301,9 @@ class _Run:
     def _lifecycle(self, action: LifecycleAction, event: TimelineEvent, now: int) -> None:
         record = self._cluster.records.get(action.workload)
         kind = action.action
+        # Stricter than the lifecycle table, on purpose (a scenario's author gets a failure, not
+        # a silent change): the table would also let a stopping preemptible workload (already
+        # pending) be suspended or completed, and a pending or suspended one be completed.
         allowed = {
             Lifecycle.COMPLETE: (State.RUNNING,),
             Lifecycle.SUSPEND: (State.PENDING, State.RUNNING),
@@ -318,13 +322,13 @@ class _Run:
                 )
             )
             return
-        target, reason = {
-            Lifecycle.COMPLETE: (State.SUCCEEDED, "completed by a timeline event"),
-            Lifecycle.SUSPEND: (State.SUSPENDED, "suspended by its user"),
-            Lifecycle.RESUME: (State.PENDING, None),
-            Lifecycle.DELETE: (State.DELETED, "deleted by its user"),
+        lifecycle_event, reason = {
+            Lifecycle.COMPLETE: (WorkloadEvent.SUCCEED, "completed by a timeline event"),
+            Lifecycle.SUSPEND: (WorkloadEvent.SUSPEND, "suspended by its user"),
+            Lifecycle.RESUME: (WorkloadEvent.RESUME, None),
+            Lifecycle.DELETE: (WorkloadEvent.DELETE, "deleted by its user"),
         }[kind]
-        self._cluster.stop(record.name, target, now, reason)
+        self._cluster.stop(record.name, lifecycle_event, now, reason)
         self._note(now, f"{kind.value} {action.workload}")
 
     # --- results -------------------------------------------------------------------------------
