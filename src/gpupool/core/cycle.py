@@ -7,13 +7,15 @@ fractions. This is the only entry point drivers call.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from gpupool.core.actions.allocate import allocate
 from gpupool.core.actions.consolidate import consolidate
 from gpupool.core.actions.node_level import node_level
 from gpupool.core.actions.reclaim import preempt, reclaim
 from gpupool.core.candidates import cycle_typical
 from gpupool.core.context import CycleContext
-from gpupool.core.decisions import Bind, CycleResult, Decision, ProjectShare
+from gpupool.core.decisions import Bind, CycleResult, Decision, Evict, Move, ProjectShare
 from gpupool.core.fairshare import compute_fair_shares
 from gpupool.core.model import Resources, Snapshot
 from gpupool.core.observer import CycleObserver, NullObserver
@@ -119,12 +121,27 @@ def _decisions(ctx: CycleContext) -> tuple[Decision, ...]:
             )
         if placements:
             binds.append(Bind(work.name, placements, ctx.bind_reasons.get(index, "")))
-    return (
-        *ctx.evictions,
-        *ctx.pack_moves,
-        *ctx.moves,
-        *binds,
-        *ctx.spread_moves,
+    moves = (*ctx.pack_moves, *ctx.moves)
+    spread_moves = tuple(ctx.spread_moves)
+    if ctx.evictions and (moves or spread_moves):
+        moves = _not_evicted(ctx.evictions, moves)
+        spread_moves = _not_evicted(ctx.evictions, spread_moves)
+    return (*ctx.evictions, *moves, *binds, *spread_moves)
+
+
+def _not_evicted(evictions: Iterable[Evict], moves: tuple[Move, ...]) -> tuple[Move, ...]:
+    """The moves whose task is not evicted in the same cycle.
+
+    A later action may evict a task that consolidation moved earlier in the cycle (preempt takes
+    a workload that consolidate had just moved): the eviction stops the task wherever it runs, so
+    its move is not decided at all; drivers get no move of a task they are told to stop.
+    """
+    whole = {e.workload for e in evictions if not e.task_indices}
+    tasks = {(e.workload, t) for e in evictions for t in e.task_indices}
+    return tuple(
+        m
+        for m in moves
+        if m.workload not in whole and (m.workload, m.source.task_index) not in tasks
     )
 
 
