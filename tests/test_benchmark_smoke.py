@@ -14,17 +14,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from cycle_workload import (
+from cycle_bench.checks import snapshot_stats, validate_decisions, validate_snapshot
+from cycle_bench.trace import (
     FRACTION_SHARE,
     GPUS_PER_NODE,
     ONE_GPU_SHARE,
     PENDING_PER_NODE,
     TRACE_FRACTION_MILLI,
-    build_snapshot,
-    snapshot_stats,
-    validate_decisions,
-    validate_snapshot,
 )
+from cycle_bench.workload import build_snapshot
 
 from gpupool.core.decisions import Bind, Evict, EvictionCause
 from gpupool.core.model import MILLI_PER_GPU, GpuRequest, Snapshot, TaskPlacement, Workload

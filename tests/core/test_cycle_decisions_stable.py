@@ -2,7 +2,7 @@
 
 `data/cycle_digests.json` holds, per (nodes, seed, placement), sha256 digests of the canonical
 repr of `run_cycle`'s decisions (in order) and of its pending reasons, on the synthetic snapshots
-of `benchmarks/cycle_workload.build_snapshot`. They were generated from the code before the
+of `benchmarks/cycle_bench/workload.build_snapshot`. They were generated from the code before the
 performance work of issue 13 (item 4); a speed-up that changes one is wrong. Regenerate only for
 an intended change of behaviour:
 
@@ -21,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from cycle_workload import build_snapshot
+from cycle_bench.workload import build_snapshot
 
 from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import CycleResult

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from cycle_workload import build_snapshot
+from cycle_bench.workload import build_snapshot
 
 from gpupool.core.candidates import cycle_typical
 from gpupool.core.model import Snapshot

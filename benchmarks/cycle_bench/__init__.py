@@ -1,0 +1,1 @@
+"""The cycle benchmark's parts; `benchmarks/cycle.py` is its command line."""
