@@ -26,14 +26,11 @@ from gpupool.core.lifecycle import (
     WorkloadStatus,
 )
 from gpupool.core.model import (
-    GpuRequest,
-    Node,
     Project,
     Resources,
     Snapshot,
     TaskPlacement,
     Workload,
-    WorkloadType,
 )
 from gpupool.simcluster import (
     ClusterSettings,
@@ -48,20 +45,7 @@ from gpupool.simcluster import (
 )
 from gpupool.simcluster.apply import apply_decisions
 
-NODES = (Node(name="n1", gpu_count=2), Node(name="n2", gpu_count=2))
-PROJECTS = (Project(name="a", quota=Resources(gpu_milli=4000)),)
-
-
-def job(name: str, *, preemptible: bool = True, tasks: int = 1, seq: int = 0) -> Workload:
-    return Workload(
-        name=name,
-        project="a",
-        type=WorkloadType.TRAIN,
-        gpu=GpuRequest.whole(1),
-        tasks=tasks,
-        preemptible=preemptible,
-        submit_seq=seq,
-    )
+from .cluster_setup import NODES, PROJECTS, job
 
 
 def running_job(

@@ -16,19 +16,13 @@ from gpupool.core.decisions import (
     MoveCause,
 )
 from gpupool.core.model import (
-    GpuRequest,
-    Node,
-    Project,
-    Resources,
     Snapshot,
     TaskPlacement,
-    Workload,
-    WorkloadType,
 )
 from gpupool.simcluster import ClusterSettings, QuietHooks, SimulatedCluster, State
 
-NODES = (Node(name="n1", gpu_count=2), Node(name="n2", gpu_count=2))
-PROJECTS = (Project(name="a", quota=Resources(gpu_milli=4000)),)
+from .cluster_setup import NODES, PROJECTS, job
+
 DEVICES = [(n.name, d) for n in NODES for d in range(n.gpu_count)]
 
 
@@ -89,14 +83,7 @@ def test_records_snapshot_and_clock_stay_consistent(
     cluster = SimulatedCluster(NODES, PROJECTS, cluster_settings, random_core(data))  # type: ignore[arg-type]
     for seq, duration in enumerate(durations):
         preemptible = data.draw(st.booleans(), label="preemptible")
-        workload = Workload(
-            name=f"w{seq}",
-            project="a",
-            type=WorkloadType.TRAIN,
-            gpu=GpuRequest.whole(1),
-            preemptible=preemptible,
-            submit_seq=seq,
-        )
+        workload = job(f"w{seq}", preemptible=preemptible, seq=seq)
         cluster.add(workload, duration, State.PENDING)
     for t in [0, *wakeups]:
         cluster.push_wakeup(t)
