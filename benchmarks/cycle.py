@@ -21,7 +21,9 @@ all), and with `--tracemalloc` the peak Python allocations of one more, untimed 
 the sizes, one row per step between consecutive sizes gives each phase's time ratio per 10x of
 nodes ((t2 / t1) ** (1 / log10(n2 / n1)), t2 / t1 itself for a 10x step).
 
-The table is as wide as the terminal, or whole (no column cut) when the output is piped.
+The table has a column per size and a row per phase, so it stays narrow; where the sizes do not
+fit the terminal's width (100 columns when the output is piped) it is split into tables of fewer
+sizes, never cut.
 Exit status: 0, or 1 when the decisions were inconsistent (missed targets do not change it), or 2
 when `run_cycle` does not exist.
 """
@@ -38,7 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cycle_bench.measure import CLOCKS, GC_MODES, SizeResult, core_build, load_run_cycle, measure
-from cycle_bench.report import render, steps, targets
+from cycle_bench.report import FILE_WIDTH, render, steps, targets
 
 from gpupool.cli.terminal import output_console
 
@@ -106,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     console = output_console(stderr=args.json, highlight=True)
+    if not console.is_terminal:
+        console.width = FILE_WIDTH  # read in a terminal later: fit the usual one
     results: list[SizeResult] = []
     for nodes in args.nodes:
         with console.status(f"{nodes:,} nodes..."):

@@ -1,8 +1,10 @@
-"""The cycle benchmark's table (`benchmarks/cycle.py`): whole rows when piped, and the time
-ratio per 10x of nodes. No timing assertions: tiny clusters, one cycle each."""
+"""The cycle benchmark's table (`benchmarks/cycle.py`): a column per size and a row per measure,
+split by sizes to fit any width and never cut, and the time ratio per 10x of nodes. No timing
+assertions: tiny clusters, one cycle each."""
 
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 
@@ -12,31 +14,52 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import cycle
 from cycle import SizeResult, steps
+from cycle_bench.report import FILE_WIDTH, fit_tables
+from rich.console import Console
 
-from gpupool.cli.terminal import PIPE_WIDTH, output_console
 from gpupool.core.observer import PHASES
 
 
-def test_a_console_that_is_not_a_terminal_is_unlimited(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("COLUMNS", "40")
-    assert not output_console().is_terminal  # pytest captures stdout
-    assert output_console().width == PIPE_WIDTH
-    assert output_console(stderr=True).width == PIPE_WIDTH
-
-
-def test_piped_table_keeps_whole_rows(
+def test_piped_report_fits_100_columns_with_whole_rows(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("COLUMNS", "60")
+    monkeypatch.setenv("COLUMNS", "60")  # not a terminal: the width is the report's own
     assert cycle.main(["--nodes", "3,30", "--repeat", "1"]) == 0
     out = capsys.readouterr().out
     assert "…" not in out
-    rows = [line for line in out.splitlines() if line.startswith("│")]
-    columns = 4 + len(PHASES) + 2 + 3 + 1  # sizes, phases, other and total, decisions, memory
-    assert len(rows) == 3  # two sizes and one step
-    assert all(row.count("│") == columns + 1 for row in rows)
-    assert rows[-1].split("│")[1].strip() == "3→30"
+    assert max(len(line) for line in out.splitlines()) <= FILE_WIDTH
+    rows = {
+        cells[1].strip(): [c.strip() for c in cells[2:-1]]
+        for line in out.splitlines()
+        if line.startswith("│") and len(cells := line.split("│")) > 2
+    }
+    # a row per measure: every phase, the totals, the decisions, the memory
+    assert set(PHASES) | {"GPUs", "total", "bind", "peak RSS MiB"} <= set(rows)
+    header = next(line for line in out.splitlines() if "nodes" in line and "┃" in line)
+    assert [c.strip() for c in header.split("┃")[1:-1]] == ["nodes", "3", "30", "3→30"]
+    assert len(rows["total"]) == 3  # two sizes and the step between them
+    assert rows["total"][2].endswith("x")
+    assert rows["GPUs"] == ["24", "240", ""]
     assert "Time per 10x of nodes: 3→30 " in out
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 120])
+def test_the_table_splits_by_sizes_to_fit_any_width(width: int) -> None:
+    results = [_size(n, n / 10) for n in (100, 1000, 10_000, 100_000, 1_000_000)]
+    console = Console(width=width, file=io.StringIO(), force_terminal=True, color_system=None)
+    tables = fit_tables(results, steps(results), console, width)
+    for table in tables:
+        console.print(table)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "…" not in text
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width
+    # every size and every step is shown exactly once, and no number is cut
+    for r in results:
+        assert sum(f" {r.nodes:,} ┃" in line for line in lines) == 1
+    assert sum(line.count("→") for line in lines if "┃" in line) == len(results) - 1
+    assert sum("100,000.0" in line for line in lines) == 1  # the total at a million nodes
+    assert (len(tables) == 1) == (width >= 120)
 
 
 def _size(nodes: int, total_ms: float) -> SizeResult:

@@ -104,8 +104,15 @@ def _ratio(value: float | None) -> str:
 
 
 def _short(nodes: int) -> str:
-    """1000 -> 1k, 10000 -> 10k, 250 -> 250."""
+    """1000 -> 1k, 10000 -> 10k, 2000000 -> 2M, 250 -> 250."""
+    if nodes >= 1_000_000 and nodes % 1_000_000 == 0:
+        return f"{nodes // 1_000_000}M"
     return f"{nodes // 1000}k" if nodes >= 1000 and nodes % 1000 == 0 else f"{nodes:,}"
+
+
+FILE_WIDTH = 100
+"""The width of the report when the output is not a terminal (a file, a pipe): it is read in a
+terminal later, and 100 columns fit the usual ones (`render` splits the table to fit)."""
 
 
 def render(
@@ -117,60 +124,20 @@ def render(
     clock: str = "wall",
 ) -> None:
     what = "CPU ms" if clock == "cpu" else "ms"
-    table = Table(
-        title=f"gpupool: one scheduling cycle, {what} (median of {repeat}, seed {seed}, "
-        f"gc {gc_mode}, core {core_build()})",
-        caption="snapshot generation is not timed; 'other' = total - sum of phases; "
-        "a→b: time ratio per 10x of nodes (linear: 10.0x); peak RSS: the process's "
-        "(ru_maxrss), snapshot included, after this size",
+    title = (
+        f"gpupool: one scheduling cycle, {what} (median of {repeat}, seed {seed}, "
+        f"gc {gc_mode}, core {core_build()})"
     )
-    for column in ("nodes", "GPUs", "running", "pending"):
-        table.add_column(column, justify="right")
-    for phase in PHASES:
-        table.add_column(phase, justify="right")
-    table.add_column("other", justify="right")
-    table.add_column("total", justify="right", style="bold")
-    for column in ("bind", "evict", "move"):
-        table.add_column(column, justify="right")
-    table.add_column("peak RSS MiB", justify="right")
-    traced = any(r.cycle_peak_mib is not None for r in results)
-    if traced:
-        table.add_column("cycle MiB", justify="right")
-    for r in results:
-        table.add_row(
-            f"{r.nodes:,}",
-            f"{r.gpus:,}",
-            f"{r.running:,}",
-            f"{r.pending:,}",
-            *(_ms(r.phases_ms[phase]) for phase in PHASES),
-            _ms(r.unattributed_ms),
-            _ms(r.total_ms),
-            f"{r.bind:,}",
-            f"{r.evict:,}",
-            f"{r.move:,}",
-            _mib(r.peak_rss_mib),
-            *([_mib(r.cycle_peak_mib)] if traced else []),
-        )
     goals = targets(results)
     ladder = steps(results)
-    if ladder:
-        table.add_section()
-    for step in ladder:
-        table.add_row(
-            f"{_short(step.from_nodes)}→{_short(step.to_nodes)}",
-            "",
-            "",
-            "",
-            *(_ratio(step.phases[phase]) for phase in PHASES),
-            "",
-            _ratio(step.total),
-            "",
-            "",
-            "",
-            "",
-            *([""] if traced else []),
-        )
-    console.print(table)
+    console.print(title, style="bold")
+    for table in fit_tables(results, ladder, console, console.width):
+        console.print(table)
+    console.print(
+        "[dim]Snapshot generation is not timed; 'other' = total - sum of phases; a→b: time"
+        " ratio per 10x of nodes (linear: 10.0x); peak RSS: the process's (ru_maxrss),"
+        " snapshot included, after this size.[/dim]"
+    )
 
     _print_target(
         console,
@@ -211,6 +178,84 @@ def render(
             console.print(f"[red]{r.nodes:,} nodes: inconsistent decisions:[/red]")
             for text in r.problems:
                 console.print(f"  [red]- {text}[/red]")
+
+
+def _rows(traced: bool) -> list[tuple[str, Callable[[SizeResult], str], bool]]:
+    """The table's rows: (label, the value of one size, whether the row has a ratio per 10x)."""
+    rows: list[tuple[str, Callable[[SizeResult], str], bool]] = [
+        ("GPUs", lambda r: f"{r.gpus:,}", False),
+        ("running", lambda r: f"{r.running:,}", False),
+        ("pending", lambda r: f"{r.pending:,}", False),
+    ]
+    rows += [(phase, _phase_value(phase), True) for phase in PHASES]
+    rows += [
+        ("other", lambda r: _ms(r.unattributed_ms), False),
+        ("total", lambda r: _ms(r.total_ms), True),
+        ("bind", lambda r: f"{r.bind:,}", False),
+        ("evict", lambda r: f"{r.evict:,}", False),
+        ("move", lambda r: f"{r.move:,}", False),
+        ("peak RSS MiB", lambda r: _mib(r.peak_rss_mib), False),
+    ]
+    if traced:
+        rows.append(("cycle MiB", lambda r: _mib(r.cycle_peak_mib), False))
+    return rows
+
+
+def _phase_value(phase: str) -> Callable[[SizeResult], str]:
+    return lambda r: _ms(r.phases_ms[phase])
+
+
+def build_table(results: list[SizeResult], ladder: list[Step]) -> Table:
+    """One column per size, then one per step between sizes (the ratio per 10x of nodes); one
+    row per measure. Sizes run across, so the table stays narrow however many phases there are."""
+    table = Table()
+    table.add_column("nodes", justify="left", no_wrap=True)
+    for r in results:
+        table.add_column(f"{r.nodes:,}", justify="right", no_wrap=True)
+    for step in ladder:
+        label = f"{_short(step.from_nodes)}→{_short(step.to_nodes)}"
+        table.add_column(label, justify="right", no_wrap=True)
+    traced = any(r.cycle_peak_mib is not None for r in results)
+    for label, value, has_ratio in _rows(traced):
+        ratios = [
+            _ratio(step.total if label == "total" else step.phases[label]) if has_ratio else ""
+            for step in ladder
+        ]
+        table.add_row(
+            label,
+            *(value(r) for r in results),
+            *ratios,
+            style="bold" if label == "total" else None,
+            end_section=label in ("pending", "total"),
+        )
+    return table
+
+
+def fit_tables(
+    results: list[SizeResult], ladder: list[Step], console: Console, width: int
+) -> list[Table]:
+    """The table, split by sizes into as few tables as fit in `width` columns (a step goes
+    with the size it leads to); a single size that does not fit gets a table of its own."""
+    ordered = sorted(results, key=lambda r: r.nodes)
+    steps_to = {step.to_nodes: step for step in ladder}
+    tables: list[Table] = []
+    chunk: list[SizeResult] = []
+
+    def table_of(sizes: list[SizeResult]) -> Table:
+        own = [steps_to[r.nodes] for r in sizes if r.nodes in steps_to]
+        return build_table(sizes, own)
+
+    unbounded = console.options.update_width(1_000_000)
+    for r in ordered:
+        candidate = table_of([*chunk, r])
+        if chunk and console.measure(candidate, options=unbounded).maximum > width:
+            tables.append(table_of(chunk))
+            chunk = [r]
+        else:
+            chunk.append(r)
+    if chunk:
+        tables.append(table_of(chunk))
+    return tables
 
 
 def _print_target(
