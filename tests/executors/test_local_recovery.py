@@ -62,6 +62,7 @@ def test_without_its_journal_it_adopts_what_runs_and_reports_what_ended(
     setup.executor.start([_launch("kill1", LONG)])
     _until(lambda: "ready" in setup.log("run1") and "ready" in setup.log("kill1"))
     _until(lambda: (setup.state_dir / "fail1.exit").exists())
+    _until(lambda: _shims(setup, "fail1") == 0)  # its shim writes the exit file, then exits
     os.killpg(int((setup.state_dir / "kill1.pid").read_text()), signal.SIGKILL)
     _until(lambda: _shims(setup, "kill1") == 0)
 
