@@ -12,8 +12,8 @@ Indexes kept up to date on every change, so that a placement search does not sca
 
 from __future__ import annotations
 
-import bisect
 import functools
+from bisect import bisect_left, insort
 
 from gpupool.core.model import (
     MILLI_PER_GPU,
@@ -282,18 +282,67 @@ class Session:
     # --- the only two mutations -----------------------------------------------------------
 
     def _add_alloc(self, work: WorkRecord, alloc: TaskAlloc) -> None:
+        """Place `alloc` of `work`: devices and indexes, CPU and memory, holdings, tags.
+
+        The devices' part is written out here and in `_remove_alloc` rather than shared (every
+        tentative placement runs both, and a call per change costs more than the copy): a
+        device whose use changed goes to the end of its shared bucket, a node whose number of
+        empty devices changed to the end of its bucket (once per call: every device changes
+        the same way, so the intermediate buckets a device-by-device update would pass
+        through end up as they were)."""
+        # One unpacking instead of an attribute read per field.
+        task_index, node, devices, milli, memory_per_device, _burst = alloc
+        self.node_version[node] += 1
+        memory_used = self.device_memory_used[node]
+        if not milli:
+            for device in devices:
+                memory_used[device] += memory_per_device
+        else:
+            used = self.device_used[node]
+            by_free = self.shared_by_free
+            empty_delta = 0
+            for device in devices:
+                memory_used[device] += memory_per_device
+                before = used[device]
+                after = before + milli
+                used[device] = after
+                if 0 < before < MILLI_PER_GPU:  # out of its shared bucket
+                    free = MILLI_PER_GPU - before
+                    bucket = by_free[free]
+                    del bucket[(node, device)]
+                    if not bucket:
+                        del by_free[free]
+                        keys = self.shared_free_keys
+                        del keys[bisect_left(keys, free)]
+                if 0 < after < MILLI_PER_GPU:  # to the end of its new shared bucket
+                    free = MILLI_PER_GPU - after
+                    into = by_free.get(free)
+                    if into is None:
+                        into = by_free[free] = {}
+                        insort(self.shared_free_keys, free)
+                    into[(node, device)] = None
+                if before == 0:
+                    empty_delta -= 1
+                elif after == 0:
+                    empty_delta += 1
+            self.used_gpu_milli += milli * len(devices)
+            if empty_delta:
+                empty_count = self.empty_count
+                old = empty_count[node]
+                new = old + empty_delta
+                buckets = self.nodes_by_empty
+                del buckets[old][node]
+                buckets[new][node] = None
+                empty_count[node] = new
         spec = work.spec
-        node = alloc.node
-        milli = alloc.milli_per_device
-        devices = alloc.devices
-        self._change_devices(node, devices, milli, alloc.memory_mib_per_device)
         cpu = spec.cpu_milli
         memory = spec.memory_mib
         self.cpu_free[node] -= cpu
         self.memory_free[node] -= memory
-        if work.allocs is _NO_ALLOCS:
-            work.allocs = {}
-        work.allocs[alloc.task_index] = alloc
+        allocs = work.allocs
+        if allocs is _NO_ALLOCS:
+            allocs = work.allocs = {}
+        allocs[task_index] = alloc
         gpu = milli * len(devices)
         if work.preemptible:
             for holding, _nonpreemptible in self._holders[work.project]:
@@ -321,12 +370,52 @@ class Session:
                 del tags[tag]
 
     def _remove_alloc(self, work: WorkRecord, task_index: int) -> TaskAlloc:
+        """Take task `task_index` of `work` off again: `_add_alloc` backwards."""
         alloc = work.allocs.pop(task_index)
+        _task, node, devices, milli, memory_per_device, _burst = alloc
+        self.node_version[node] += 1
+        memory_used = self.device_memory_used[node]
+        if not milli:
+            for device in devices:
+                memory_used[device] -= memory_per_device
+        else:
+            used = self.device_used[node]
+            by_free = self.shared_by_free
+            empty_delta = 0
+            for device in devices:
+                memory_used[device] -= memory_per_device
+                before = used[device]
+                after = before - milli
+                used[device] = after
+                if 0 < before < MILLI_PER_GPU:  # out of its shared bucket
+                    free = MILLI_PER_GPU - before
+                    bucket = by_free[free]
+                    del bucket[(node, device)]
+                    if not bucket:
+                        del by_free[free]
+                        keys = self.shared_free_keys
+                        del keys[bisect_left(keys, free)]
+                if 0 < after < MILLI_PER_GPU:  # to the end of its new shared bucket
+                    free = MILLI_PER_GPU - after
+                    into = by_free.get(free)
+                    if into is None:
+                        into = by_free[free] = {}
+                        insort(self.shared_free_keys, free)
+                    into[(node, device)] = None
+                if before == 0:
+                    empty_delta -= 1
+                elif after == 0:
+                    empty_delta += 1
+            self.used_gpu_milli -= milli * len(devices)
+            if empty_delta:
+                empty_count = self.empty_count
+                old = empty_count[node]
+                new = old + empty_delta
+                buckets = self.nodes_by_empty
+                del buckets[old][node]
+                buckets[new][node] = None
+                empty_count[node] = new
         spec = work.spec
-        node = alloc.node
-        milli = alloc.milli_per_device
-        devices = alloc.devices
-        self._change_devices(node, devices, -milli, -alloc.memory_mib_per_device)
         cpu = spec.cpu_milli
         memory = spec.memory_mib
         self.cpu_free[node] += cpu
@@ -366,52 +455,6 @@ class Session:
             tags[tag] = count
         else:
             del tags[tag]
-
-    def _change_devices(self, node: int, devices: tuple[int, ...], milli: int, memory: int) -> None:
-        """Add `milli` and `memory` (negative: take them off) to each of `devices` of `node`,
-        and keep the indexes up to date: a device whose use changed goes to the end of its
-        shared bucket, a node whose number of empty devices changed to the end of its bucket
-        (once per call: every device changes the same way, so the intermediate buckets a
-        device-by-device update would pass through end up as they were)."""
-        self.node_version[node] += 1
-        memory_used = self.device_memory_used[node]
-        for device in devices:
-            memory_used[device] += memory
-        if not milli:
-            return
-        used = self.device_used[node]
-        by_free = self.shared_by_free
-        empty_delta = 0
-        for device in devices:
-            before = used[device]
-            after = before + milli
-            used[device] = after
-            if 0 < before < MILLI_PER_GPU:  # out of its shared bucket
-                free = MILLI_PER_GPU - before
-                bucket = by_free[free]
-                del bucket[(node, device)]
-                if not bucket:
-                    del by_free[free]
-                    keys = self.shared_free_keys
-                    del keys[bisect.bisect_left(keys, free)]
-            if 0 < after < MILLI_PER_GPU:  # to the end of its new shared bucket
-                free = MILLI_PER_GPU - after
-                into = by_free.get(free)
-                if into is None:
-                    into = by_free[free] = {}
-                    bisect.insort(self.shared_free_keys, free)
-                into[(node, device)] = None
-            if before == 0:
-                empty_delta -= 1
-            elif after == 0:
-                empty_delta += 1
-        self.used_gpu_milli += milli * len(devices)
-        if empty_delta:
-            old = self.empty_count[node]
-            new = old + empty_delta
-            del self.nodes_by_empty[old][node]
-            self.nodes_by_empty[new][node] = None
-            self.empty_count[node] = new
 
     def set_burst_device(self, work: WorkRecord, task_index: int, device: int | None) -> None:
         """Node-level: where a placed dynamic fraction physically runs. Accounting unchanged."""
