@@ -115,6 +115,7 @@ class Session:
         cpu_free = self.cpu_free
         memory_free = self.memory_free
         burstable = self.burstable_works
+        node_tags = self.node_tags
         whole = _WHOLE
         fraction = _FRACTION
         leaf_project: dict[str, int] = {}
@@ -177,7 +178,10 @@ class Session:
                 memory_free[node] -= spec.memory_mib
                 allocs[alloc.task_index] = alloc
                 gpu_held += milli * len(alloc.devices)
-                self._tag(alloc, 1)
+                if alloc.devices:  # the node's tags (`node_tags`)
+                    tags = node_tags[node]
+                    tag = 0 if milli < MILLI_PER_GPU else len(alloc.devices)
+                    tags[tag] = tags.get(tag, 0) + 1
             tasks = len(spec.placements)
             totals = held.get(project)
             if totals is None:
@@ -360,7 +364,7 @@ class Session:
         request = spec.gpu
         if request.kind is _FRACTION and request.is_burstable:
             self.burstable_works[work.index] = None
-        if devices:  # `_tag(alloc, 1)`, inline: every placement runs it
+        if devices:  # the node's tags (`node_tags`)
             tag = 0 if milli < MILLI_PER_GPU else len(devices)
             tags = self.node_tags[node]
             count = tags.get(tag, 0) + 1
@@ -434,7 +438,7 @@ class Session:
                 nonpreemptible_holding[0] -= gpu
                 nonpreemptible_holding[1] -= cpu
                 nonpreemptible_holding[2] -= memory
-        if devices:  # `_tag(alloc, -1)`, inline: every removal runs it
+        if devices:  # the node's tags (`node_tags`)
             tag = 0 if milli < MILLI_PER_GPU else len(devices)
             tags = self.node_tags[node]
             count = tags.get(tag, 0) - 1
@@ -443,18 +447,6 @@ class Session:
             else:
                 del tags[tag]
         return alloc
-
-    def _tag(self, alloc: TaskAlloc, sign: int) -> None:
-        devices = alloc.devices
-        if not devices:
-            return
-        tag = 0 if alloc.milli_per_device < MILLI_PER_GPU else len(devices)
-        tags = self.node_tags[alloc.node]
-        count = tags.get(tag, 0) + sign
-        if count:
-            tags[tag] = count
-        else:
-            del tags[tag]
 
     def set_burst_device(self, work: WorkRecord, task_index: int, device: int | None) -> None:
         """Node-level: where a placed dynamic fraction physically runs. Accounting unchanged."""

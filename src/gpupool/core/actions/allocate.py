@@ -72,7 +72,10 @@ def queues_by_project(ctx: CycleContext) -> dict[int, list[WorkRecord]]:
         if work.state is _PENDING or (
             work.state is _RUNNING and len(work.allocs) < work.spec.tasks
         ):
-            queues.setdefault(work.project, []).append(work)
+            queue = queues.get(work.project)
+            if queue is None:  # not `setdefault`, which would build a list per work
+                queue = queues[work.project] = []
+            queue.append(work)
     for queue in queues.values():
         # (-priority, submission) in two stable passes with C-level keys: by submission, then
         # by priority, highest first (a reverse sort keeps equal keys in their order).
