@@ -289,9 +289,14 @@ def _justified(
     below, allowed, split = side
     projects = ctx.session.projects
     for kind in kinds:
-        if kind in allowed and all(
-            projects[p].holding[GPU] > _bar(projects[p], kind) for p in below
-        ):
+        if kind not in allowed:
+            continue
+        for p in below:  # every level holds more than its bar (`_bar`, inline)
+            record = projects[p]
+            bar = record.fair_share[GPU] if kind == _FAIR else record.spec.quota.gpu_milli
+            if record.holding[GPU] <= bar:
+                break
+        else:
             return kind, projects[victim_project].ancestors[split]
     return None
 

@@ -179,11 +179,13 @@ def _room_for(session: Session, spec: Workload) -> bool:
     either (nodes' selectors, taints, CPU, memory and pinned devices only take room away)."""
     buckets = session.nodes_by_empty
     request = spec.gpu
-    if request.kind is _WHOLE:
-        needed = max(request.amount, 0)
-        return any(buckets[count] for count in range(needed, len(buckets)))
-    if any(buckets[count] for count in range(1, len(buckets))):
-        return True
+    whole = request.kind is _WHOLE
+    # Loops rather than `any(...)` over a generator: every eviction attempt asks this.
+    for count in range(max(request.amount, 0) if whole else 1, len(buckets)):
+        if buckets[count]:
+            return True
+    if whole:
+        return False
     keys = session.shared_free_keys
     return bool(keys) and keys[-1] >= request.milli_on(session.max_device_memory_mib)
 
