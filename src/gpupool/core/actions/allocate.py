@@ -101,38 +101,51 @@ def allocate(ctx: CycleContext) -> None:
         _, name, project = heap[0]
         queue = queues[project]
         position = cursor[project]
-        work = queue[position]
-        cursor[project] = position + 1
-        more = position + 1 < len(queue)
-        spec = work.spec
-        if work.preemptible and not work.allocs and unlimited[project]:
+        end = len(queue)
+        answered = False
+        """Whether the project's queue ended in work answered from the failed shapes."""
+        while True:
+            # The project's queue in a row for as long as its work is answered from the failed
+            # shapes: nothing changes then, so its share ratio neither, and it stays first.
+            work = queue[position]
+            position += 1
+            more = position < end
+            spec = work.spec
+            if not (work.preemptible and not work.allocs and unlimited[project]):
+                break
             # The common case, inline: nothing placed yet and no policy that could hold it
             # back, so `try_allocate` would go straight to the failed-shape cache.
-            gang = spec.tasks if spec.min_available is None else spec.min_available
-            gang = len(range(spec.tasks)[:gang])
-            if gang:
-                key = shape_keys.get(work.index)
-                request = spec.gpu
-                kind = request.kind
-                if key is None:  # `shape_key(work, gang)`, inline: every pending work is here
-                    key = shape_keys[work.index] = (
-                        0 if kind is whole else 1 if kind is fraction else 2,
-                        request.amount,
-                        gang,
-                        spec.cpu_milli,
-                        spec.memory_mib,
-                        spec.node_selector,
-                        spec.tolerations,
-                    )
-                if kind is memory:
-                    key = (*key, project)
-                cached = failed.get(key)
-                if cached is not None:
-                    reasons[work.index] = cached
-                    # Nothing changed, so the project's share ratio neither: it stays first.
-                    if not more:
-                        heapq.heappop(heap)
-                    continue
+            tasks = spec.tasks
+            gang = spec.min_available
+            gang = (tasks if tasks > 0 else 0) if gang is None else len(range(tasks)[:gang])
+            if not gang:
+                break
+            key = shape_keys.get(work.index)
+            request = spec.gpu
+            kind = request.kind
+            if key is None:  # `shape_key(work, gang)`, inline: every pending work is here
+                key = shape_keys[work.index] = (
+                    0 if kind is whole else 1 if kind is fraction else 2,
+                    request.amount,
+                    gang,
+                    spec.cpu_milli,
+                    spec.memory_mib,
+                    spec.node_selector,
+                    spec.tolerations,
+                )
+            if kind is memory:
+                key = (*key, project)
+            cached = failed.get(key)
+            if cached is None:
+                break
+            reasons[work.index] = cached
+            if not more:
+                answered = True
+                break
+        cursor[project] = position
+        if answered:
+            heapq.heappop(heap)
+            continue
         try_allocate(ctx, work, failed)
         if more:
             heapq.heapreplace(heap, (share_ratio(ctx, project), name, project))
