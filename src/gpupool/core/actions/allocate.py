@@ -52,12 +52,15 @@ def pending_shape_key(ctx: CycleContext, work: WorkRecord, gang_size: int) -> Sh
     return key
 
 
+_NO_SHARE = float("inf")
+
+
 def share_ratio(ctx: CycleContext, project: int) -> float:
     """Holding / fair share on GPU; used only to order projects, never to admit work."""
     record = ctx.session.projects[project]
     share = record.fair_share[GPU]
     if share <= 0:
-        return float("inf")
+        return _NO_SHARE
     return record.holding[GPU] / share
 
 
@@ -148,7 +151,10 @@ def allocate(ctx: CycleContext) -> None:
             continue
         try_allocate(ctx, work, failed)
         if more:
-            heapq.heapreplace(heap, (share_ratio(ctx, project), name, project))
+            record = projects[project]  # `share_ratio(ctx, project)`, inline
+            share = record.fair_share[GPU]
+            ratio = record.holding[GPU] / share if share > 0 else _NO_SHARE
+            heapq.heapreplace(heap, (ratio, name, project))
         else:
             heapq.heappop(heap)
 
@@ -156,7 +162,8 @@ def allocate(ctx: CycleContext) -> None:
 def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[ShapeKey, str]) -> bool:
     gang, extras = ctx.tasks_to_start(work)
     if not gang:
-        ctx.place_extras(work, extras)
+        if extras:
+            ctx.place_extras(work, extras)
         return True
     problem = ctx.policy_problem(work, len(gang))
     if problem is not None:
@@ -164,7 +171,9 @@ def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[ShapeKey, str
         if ctx.quota_problem(work, ctx.ask(work, len(gang))) is not None:
             ctx.policy_blocked.add(work.index)
         return False
-    key = pending_shape_key(ctx, work, len(gang))
+    key = ctx.shape_keys.get(work.index)
+    if key is None:
+        key = pending_shape_key(ctx, work, len(gang))
     if work.spec.gpu.kind is _MEMORY:
         # Its charge, hence whether its project's headroom admits it, depends on the device:
         # a failure says something about this project only (whose headroom only shrinks here).
@@ -182,5 +191,6 @@ def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[ShapeKey, str
         return False
     statement.commit()
     ctx.mark_started(work, "fits in idle capacity")
-    ctx.place_extras(work, extras)
+    if extras:
+        ctx.place_extras(work, extras)
     return True

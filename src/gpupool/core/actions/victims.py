@@ -111,10 +111,11 @@ def evict_to_place(
     statement = Statement(session)
     evicted: list[_Evicted] = []
     limit = session.settings.max_victims_per_attempt
+    examine = _EXAMINE_FACTOR * limit
     examined = 0
     for unit in candidates:
         examined += 1
-        if len(evicted) >= limit or examined > _EXAMINE_FACTOR * limit:
+        if examined > examine or len(evicted) >= limit:
             break
         victim = unit.work
         if victim.state is not _RUNNING:
@@ -180,8 +181,9 @@ def _room_for(session: Session, spec: Workload) -> bool:
     buckets = session.nodes_by_empty
     request = spec.gpu
     whole = request.kind is _WHOLE
+    needed = request.amount if whole else 1
     # Loops rather than `any(...)` over a generator: every eviction attempt asks this.
-    for count in range(max(request.amount, 0) if whole else 1, len(buckets)):
+    for count in range(needed if needed > 0 else 0, len(buckets)):
         if buckets[count]:
             return True
     if whole:
