@@ -29,8 +29,10 @@ from gpupool.core.records import ProjectRecord as ProjectRecord
 from gpupool.core.records import TaskAlloc as TaskAlloc
 from gpupool.core.records import WorkRecord as WorkRecord
 from gpupool.core.records import WorkState as WorkState
+from gpupool.core.statement import Statement as Statement
 
-# The records live in `records`; the actions import them from here, next to `Session`.
+# The records live in `records` and `Statement` in `statement`; the actions import them from
+# here, next to `Session`.
 
 _RUNNING = WorkState.RUNNING
 _WHOLE = GpuRequestKind.WHOLE
@@ -476,41 +478,3 @@ class Session:
             devices=alloc.devices,
             burst_device=alloc.burst_device,
         )
-
-
-class Statement:
-    """A tentative group of changes that is committed or rolled back as one.
-
-    A statement opened with a `parent` hands its changes to the parent on commit, so rolling
-    back the parent undoes them too.
-    """
-
-    __slots__ = ("_undo", "parent", "session")
-
-    def __init__(self, session: Session, parent: Statement | None = None) -> None:
-        self.session = session
-        self.parent = parent
-        self._undo: list[tuple[bool, WorkRecord, TaskAlloc]] = []
-
-    def place(self, work: WorkRecord, alloc: TaskAlloc) -> None:
-        self.session._add_alloc(work, alloc)
-        self._undo.append((True, work, alloc))
-
-    def remove(self, work: WorkRecord, task_index: int) -> TaskAlloc:
-        alloc = self.session._remove_alloc(work, task_index)
-        self._undo.append((False, work, alloc))
-        return alloc
-
-    def rollback(self) -> None:
-        session = self.session
-        for added, work, alloc in reversed(self._undo):
-            if added:
-                session._remove_alloc(work, alloc.task_index)
-            else:
-                session._add_alloc(work, alloc)
-        self._undo.clear()
-
-    def commit(self) -> None:
-        if self.parent is not None:
-            self.parent._undo.extend(self._undo)
-        self._undo.clear()
