@@ -162,7 +162,9 @@ class CycleContext:
             return [], work.missing_tasks
         spec = work.spec
         missing = list(range(spec.tasks))
-        gang = spec.tasks if spec.min_available is None else spec.min_available
+        gang = spec.min_available
+        if gang is None:  # the common case: every task, and no list sliced twice
+            return missing, []
         return missing[:gang], missing[gang:]
 
     # --- policy checks ----------------------------------------------------------------------

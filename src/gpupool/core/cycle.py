@@ -17,7 +17,7 @@ from gpupool.core.candidates import cycle_typical
 from gpupool.core.context import CycleContext
 from gpupool.core.decisions import Bind, CycleResult, Decision, Evict, Move, ProjectShare
 from gpupool.core.fairshare import compute_fair_shares
-from gpupool.core.model import Resources, Snapshot
+from gpupool.core.model import Resources, Snapshot, TaskPlacement
 from gpupool.core.observer import CycleObserver, NullObserver
 from gpupool.core.placement import Placer
 from gpupool.core.session import Session, WorkState
@@ -106,21 +106,25 @@ def _capacity(per_node: list[int | None], total_demand: int) -> int:
 def _decisions(ctx: CycleContext) -> tuple[Decision, ...]:
     session = ctx.session
     binds: list[Decision] = []
+    works = session.works
+    bind_reasons = ctx.bind_reasons
+    names = [node.name for node in session.nodes]
+    """`Session.to_placement`, inline: a cycle makes a placement per started task."""
     for index in ctx.bound:
-        work = session.works[index]
-        if work.spec.placements:
-            initial = {p.task_index for p in work.spec.placements}
-            placements = tuple(
-                session.to_placement(alloc)
-                for task, alloc in sorted(work.allocs.items())
-                if task not in initial
-            )
-        else:
-            placements = tuple(
-                session.to_placement(alloc) for _task, alloc in sorted(work.allocs.items())
-            )
+        work = works[index]
+        spec = work.spec
+        allocs = sorted(work.allocs.items())
+        if spec.placements:
+            initial = {p.task_index for p in spec.placements}
+            allocs = [item for item in allocs if item[0] not in initial]
+        placements = tuple(
+            [
+                TaskPlacement(a.task_index, names[a.node], a.devices, a.burst_device)
+                for _t, a in allocs
+            ]
+        )
         if placements:
-            binds.append(Bind(work.name, placements, ctx.bind_reasons.get(index, "")))
+            binds.append(Bind(spec.name, placements, bind_reasons.get(index, "")))
     moves = (*ctx.pack_moves, *ctx.moves)
     spread_moves = tuple(ctx.spread_moves)
     if ctx.evictions and (moves or spread_moves):

@@ -37,11 +37,12 @@ class TaskAlloc(NamedTuple):
     burst_device: int | None = None
 
 
-_TYPE_DEFAULTS = {t: (t.default_priority, t.default_preemptible) for t in WorkloadType}
-"""Per workload type: (priority, preemptible) when the workload does not set them."""
+_TYPE_DEFAULTS = {t._value_: (t.default_priority, t.default_preemptible) for t in WorkloadType}
+"""Per workload type's value: (priority, preemptible) when the workload does not set them. By
+value, since hashing an enum member runs Python code and a string's hash is kept."""
 _TRAIN = WorkloadType.TRAIN
-_TRAIN_DEFAULTS = _TYPE_DEFAULTS[_TRAIN]
-"""The most common type, told apart by identity: hashing an enum member runs Python code."""
+_TRAIN_DEFAULTS = _TYPE_DEFAULTS[_TRAIN._value_]
+"""The most common type, told apart by identity."""
 
 NO_ALLOCS: dict[int, TaskAlloc] = {}
 """Shared by every record with nothing placed; `Session._add_alloc` gives a record its own dict
@@ -69,7 +70,7 @@ class WorkRecord:
         self.spec = spec
         self.project = project
         kind = spec.type
-        defaults = _TRAIN_DEFAULTS if kind is _TRAIN else _TYPE_DEFAULTS[kind]
+        defaults = _TRAIN_DEFAULTS if kind is _TRAIN else _TYPE_DEFAULTS[kind._value_]
         priority = spec.priority
         self.priority = defaults[0] if priority is None else priority
         preemptible = spec.preemptible

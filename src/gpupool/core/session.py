@@ -12,8 +12,8 @@ Indexes kept up to date on every change, so that a placement search does not sca
 
 from __future__ import annotations
 
-import bisect
 import functools
+from bisect import bisect_left, insort
 
 from gpupool.core.model import (
     MILLI_PER_GPU,
@@ -29,8 +29,10 @@ from gpupool.core.records import ProjectRecord as ProjectRecord
 from gpupool.core.records import TaskAlloc as TaskAlloc
 from gpupool.core.records import WorkRecord as WorkRecord
 from gpupool.core.records import WorkState as WorkState
+from gpupool.core.statement import Statement as Statement
 
-# The records live in `records`; the actions import them from here, next to `Session`.
+# The records live in `records` and `Statement` in `statement`; the actions import them from
+# here, next to `Session`.
 
 _RUNNING = WorkState.RUNNING
 _WHOLE = GpuRequestKind.WHOLE
@@ -115,6 +117,7 @@ class Session:
         cpu_free = self.cpu_free
         memory_free = self.memory_free
         burstable = self.burstable_works
+        node_tags = self.node_tags
         whole = _WHOLE
         fraction = _FRACTION
         leaf_project: dict[str, int] = {}
@@ -177,7 +180,10 @@ class Session:
                 memory_free[node] -= spec.memory_mib
                 allocs[alloc.task_index] = alloc
                 gpu_held += milli * len(alloc.devices)
-                self._tag(alloc, 1)
+                if alloc.devices:  # the node's tags (`node_tags`)
+                    tags = node_tags[node]
+                    tag = 0 if milli < MILLI_PER_GPU else len(alloc.devices)
+                    tags[tag] = tags.get(tag, 0) + 1
             tasks = len(spec.placements)
             totals = held.get(project)
             if totals is None:
@@ -282,18 +288,67 @@ class Session:
     # --- the only two mutations -----------------------------------------------------------
 
     def _add_alloc(self, work: WorkRecord, alloc: TaskAlloc) -> None:
+        """Place `alloc` of `work`: devices and indexes, CPU and memory, holdings, tags.
+
+        The devices' part is written out here and in `_remove_alloc` rather than shared (every
+        tentative placement runs both, and a call per change costs more than the copy): a
+        device whose use changed goes to the end of its shared bucket, a node whose number of
+        empty devices changed to the end of its bucket (once per call: every device changes
+        the same way, so the intermediate buckets a device-by-device update would pass
+        through end up as they were)."""
+        # One unpacking instead of an attribute read per field.
+        task_index, node, devices, milli, memory_per_device, _burst = alloc
+        self.node_version[node] += 1
+        memory_used = self.device_memory_used[node]
+        if not milli:
+            for device in devices:
+                memory_used[device] += memory_per_device
+        else:
+            used = self.device_used[node]
+            by_free = self.shared_by_free
+            empty_delta = 0
+            for device in devices:
+                memory_used[device] += memory_per_device
+                before = used[device]
+                after = before + milli
+                used[device] = after
+                if 0 < before < MILLI_PER_GPU:  # out of its shared bucket
+                    free = MILLI_PER_GPU - before
+                    bucket = by_free[free]
+                    del bucket[(node, device)]
+                    if not bucket:
+                        del by_free[free]
+                        keys = self.shared_free_keys
+                        del keys[bisect_left(keys, free)]
+                if 0 < after < MILLI_PER_GPU:  # to the end of its new shared bucket
+                    free = MILLI_PER_GPU - after
+                    into = by_free.get(free)
+                    if into is None:
+                        into = by_free[free] = {}
+                        insort(self.shared_free_keys, free)
+                    into[(node, device)] = None
+                if before == 0:
+                    empty_delta -= 1
+                elif after == 0:
+                    empty_delta += 1
+            self.used_gpu_milli += milli * len(devices)
+            if empty_delta:
+                empty_count = self.empty_count
+                old = empty_count[node]
+                new = old + empty_delta
+                buckets = self.nodes_by_empty
+                del buckets[old][node]
+                buckets[new][node] = None
+                empty_count[node] = new
         spec = work.spec
-        node = alloc.node
-        milli = alloc.milli_per_device
-        devices = alloc.devices
-        self._change_devices(node, devices, milli, alloc.memory_mib_per_device)
         cpu = spec.cpu_milli
         memory = spec.memory_mib
         self.cpu_free[node] -= cpu
         self.memory_free[node] -= memory
-        if work.allocs is _NO_ALLOCS:
-            work.allocs = {}
-        work.allocs[alloc.task_index] = alloc
+        allocs = work.allocs
+        if allocs is _NO_ALLOCS:
+            allocs = work.allocs = {}
+        allocs[task_index] = alloc
         gpu = milli * len(devices)
         if work.preemptible:
             for holding, _nonpreemptible in self._holders[work.project]:
@@ -311,7 +366,7 @@ class Session:
         request = spec.gpu
         if request.kind is _FRACTION and request.is_burstable:
             self.burstable_works[work.index] = None
-        if devices:  # `_tag(alloc, 1)`, inline: every placement runs it
+        if devices:  # the node's tags (`node_tags`)
             tag = 0 if milli < MILLI_PER_GPU else len(devices)
             tags = self.node_tags[node]
             count = tags.get(tag, 0) + 1
@@ -321,12 +376,52 @@ class Session:
                 del tags[tag]
 
     def _remove_alloc(self, work: WorkRecord, task_index: int) -> TaskAlloc:
+        """Take task `task_index` of `work` off again: `_add_alloc` backwards."""
         alloc = work.allocs.pop(task_index)
+        _task, node, devices, milli, memory_per_device, _burst = alloc
+        self.node_version[node] += 1
+        memory_used = self.device_memory_used[node]
+        if not milli:
+            for device in devices:
+                memory_used[device] -= memory_per_device
+        else:
+            used = self.device_used[node]
+            by_free = self.shared_by_free
+            empty_delta = 0
+            for device in devices:
+                memory_used[device] -= memory_per_device
+                before = used[device]
+                after = before - milli
+                used[device] = after
+                if 0 < before < MILLI_PER_GPU:  # out of its shared bucket
+                    free = MILLI_PER_GPU - before
+                    bucket = by_free[free]
+                    del bucket[(node, device)]
+                    if not bucket:
+                        del by_free[free]
+                        keys = self.shared_free_keys
+                        del keys[bisect_left(keys, free)]
+                if 0 < after < MILLI_PER_GPU:  # to the end of its new shared bucket
+                    free = MILLI_PER_GPU - after
+                    into = by_free.get(free)
+                    if into is None:
+                        into = by_free[free] = {}
+                        insort(self.shared_free_keys, free)
+                    into[(node, device)] = None
+                if before == 0:
+                    empty_delta -= 1
+                elif after == 0:
+                    empty_delta += 1
+            self.used_gpu_milli -= milli * len(devices)
+            if empty_delta:
+                empty_count = self.empty_count
+                old = empty_count[node]
+                new = old + empty_delta
+                buckets = self.nodes_by_empty
+                del buckets[old][node]
+                buckets[new][node] = None
+                empty_count[node] = new
         spec = work.spec
-        node = alloc.node
-        milli = alloc.milli_per_device
-        devices = alloc.devices
-        self._change_devices(node, devices, -milli, -alloc.memory_mib_per_device)
         cpu = spec.cpu_milli
         memory = spec.memory_mib
         self.cpu_free[node] += cpu
@@ -345,7 +440,7 @@ class Session:
                 nonpreemptible_holding[0] -= gpu
                 nonpreemptible_holding[1] -= cpu
                 nonpreemptible_holding[2] -= memory
-        if devices:  # `_tag(alloc, -1)`, inline: every removal runs it
+        if devices:  # the node's tags (`node_tags`)
             tag = 0 if milli < MILLI_PER_GPU else len(devices)
             tags = self.node_tags[node]
             count = tags.get(tag, 0) - 1
@@ -354,64 +449,6 @@ class Session:
             else:
                 del tags[tag]
         return alloc
-
-    def _tag(self, alloc: TaskAlloc, sign: int) -> None:
-        devices = alloc.devices
-        if not devices:
-            return
-        tag = 0 if alloc.milli_per_device < MILLI_PER_GPU else len(devices)
-        tags = self.node_tags[alloc.node]
-        count = tags.get(tag, 0) + sign
-        if count:
-            tags[tag] = count
-        else:
-            del tags[tag]
-
-    def _change_devices(self, node: int, devices: tuple[int, ...], milli: int, memory: int) -> None:
-        """Add `milli` and `memory` (negative: take them off) to each of `devices` of `node`,
-        and keep the indexes up to date: a device whose use changed goes to the end of its
-        shared bucket, a node whose number of empty devices changed to the end of its bucket
-        (once per call: every device changes the same way, so the intermediate buckets a
-        device-by-device update would pass through end up as they were)."""
-        self.node_version[node] += 1
-        memory_used = self.device_memory_used[node]
-        for device in devices:
-            memory_used[device] += memory
-        if not milli:
-            return
-        used = self.device_used[node]
-        by_free = self.shared_by_free
-        empty_delta = 0
-        for device in devices:
-            before = used[device]
-            after = before + milli
-            used[device] = after
-            if 0 < before < MILLI_PER_GPU:  # out of its shared bucket
-                free = MILLI_PER_GPU - before
-                bucket = by_free[free]
-                del bucket[(node, device)]
-                if not bucket:
-                    del by_free[free]
-                    keys = self.shared_free_keys
-                    del keys[bisect.bisect_left(keys, free)]
-            if 0 < after < MILLI_PER_GPU:  # to the end of its new shared bucket
-                free = MILLI_PER_GPU - after
-                into = by_free.get(free)
-                if into is None:
-                    into = by_free[free] = {}
-                    bisect.insort(self.shared_free_keys, free)
-                into[(node, device)] = None
-            if before == 0:
-                empty_delta -= 1
-            elif after == 0:
-                empty_delta += 1
-        self.used_gpu_milli += milli * len(devices)
-        if empty_delta:
-            old = self.empty_count[node]
-            new = old + empty_delta
-            del self.nodes_by_empty[old][node]
-            self.nodes_by_empty[new][node] = None
-            self.empty_count[node] = new
 
     def set_burst_device(self, work: WorkRecord, task_index: int, device: int | None) -> None:
         """Node-level: where a placed dynamic fraction physically runs. Accounting unchanged."""
@@ -441,41 +478,3 @@ class Session:
             devices=alloc.devices,
             burst_device=alloc.burst_device,
         )
-
-
-class Statement:
-    """A tentative group of changes that is committed or rolled back as one.
-
-    A statement opened with a `parent` hands its changes to the parent on commit, so rolling
-    back the parent undoes them too.
-    """
-
-    __slots__ = ("_undo", "parent", "session")
-
-    def __init__(self, session: Session, parent: Statement | None = None) -> None:
-        self.session = session
-        self.parent = parent
-        self._undo: list[tuple[bool, WorkRecord, TaskAlloc]] = []
-
-    def place(self, work: WorkRecord, alloc: TaskAlloc) -> None:
-        self.session._add_alloc(work, alloc)
-        self._undo.append((True, work, alloc))
-
-    def remove(self, work: WorkRecord, task_index: int) -> TaskAlloc:
-        alloc = self.session._remove_alloc(work, task_index)
-        self._undo.append((False, work, alloc))
-        return alloc
-
-    def rollback(self) -> None:
-        session = self.session
-        for added, work, alloc in reversed(self._undo):
-            if added:
-                session._remove_alloc(work, alloc.task_index)
-            else:
-                session._add_alloc(work, alloc)
-        self._undo.clear()
-
-    def commit(self) -> None:
-        if self.parent is not None:
-            self.parent._undo.extend(self._undo)
-        self._undo.clear()

@@ -52,12 +52,15 @@ def pending_shape_key(ctx: CycleContext, work: WorkRecord, gang_size: int) -> Sh
     return key
 
 
+_NO_SHARE = float("inf")
+
+
 def share_ratio(ctx: CycleContext, project: int) -> float:
     """Holding / fair share on GPU; used only to order projects, never to admit work."""
     record = ctx.session.projects[project]
     share = record.fair_share[GPU]
     if share <= 0:
-        return float("inf")
+        return _NO_SHARE
     return record.holding[GPU] / share
 
 
@@ -72,7 +75,10 @@ def queues_by_project(ctx: CycleContext) -> dict[int, list[WorkRecord]]:
         if work.state is _PENDING or (
             work.state is _RUNNING and len(work.allocs) < work.spec.tasks
         ):
-            queues.setdefault(work.project, []).append(work)
+            queue = queues.get(work.project)
+            if queue is None:  # not `setdefault`, which would build a list per work
+                queue = queues[work.project] = []
+            queue.append(work)
     for queue in queues.values():
         # (-priority, submission) in two stable passes with C-level keys: by submission, then
         # by priority, highest first (a reverse sort keeps equal keys in their order).
@@ -98,41 +104,57 @@ def allocate(ctx: CycleContext) -> None:
         _, name, project = heap[0]
         queue = queues[project]
         position = cursor[project]
-        work = queue[position]
-        cursor[project] = position + 1
-        more = position + 1 < len(queue)
-        spec = work.spec
-        if work.preemptible and not work.allocs and unlimited[project]:
+        end = len(queue)
+        answered = False
+        """Whether the project's queue ended in work answered from the failed shapes."""
+        while True:
+            # The project's queue in a row for as long as its work is answered from the failed
+            # shapes: nothing changes then, so its share ratio neither, and it stays first.
+            work = queue[position]
+            position += 1
+            more = position < end
+            spec = work.spec
+            if not (work.preemptible and not work.allocs and unlimited[project]):
+                break
             # The common case, inline: nothing placed yet and no policy that could hold it
             # back, so `try_allocate` would go straight to the failed-shape cache.
-            gang = spec.tasks if spec.min_available is None else spec.min_available
-            gang = len(range(spec.tasks)[:gang])
-            if gang:
-                key = shape_keys.get(work.index)
-                request = spec.gpu
-                kind = request.kind
-                if key is None:  # `shape_key(work, gang)`, inline: every pending work is here
-                    key = shape_keys[work.index] = (
-                        0 if kind is whole else 1 if kind is fraction else 2,
-                        request.amount,
-                        gang,
-                        spec.cpu_milli,
-                        spec.memory_mib,
-                        spec.node_selector,
-                        spec.tolerations,
-                    )
-                if kind is memory:
-                    key = (*key, project)
-                cached = failed.get(key)
-                if cached is not None:
-                    reasons[work.index] = cached
-                    # Nothing changed, so the project's share ratio neither: it stays first.
-                    if not more:
-                        heapq.heappop(heap)
-                    continue
+            tasks = spec.tasks
+            gang = spec.min_available
+            gang = (tasks if tasks > 0 else 0) if gang is None else len(range(tasks)[:gang])
+            if not gang:
+                break
+            key = shape_keys.get(work.index)
+            request = spec.gpu
+            kind = request.kind
+            if key is None:  # `shape_key(work, gang)`, inline: every pending work is here
+                key = shape_keys[work.index] = (
+                    0 if kind is whole else 1 if kind is fraction else 2,
+                    request.amount,
+                    gang,
+                    spec.cpu_milli,
+                    spec.memory_mib,
+                    spec.node_selector,
+                    spec.tolerations,
+                )
+            if kind is memory:
+                key = (*key, project)
+            cached = failed.get(key)
+            if cached is None:
+                break
+            reasons[work.index] = cached
+            if not more:
+                answered = True
+                break
+        cursor[project] = position
+        if answered:
+            heapq.heappop(heap)
+            continue
         try_allocate(ctx, work, failed)
         if more:
-            heapq.heapreplace(heap, (share_ratio(ctx, project), name, project))
+            record = projects[project]  # `share_ratio(ctx, project)`, inline
+            share = record.fair_share[GPU]
+            ratio = record.holding[GPU] / share if share > 0 else _NO_SHARE
+            heapq.heapreplace(heap, (ratio, name, project))
         else:
             heapq.heappop(heap)
 
@@ -140,7 +162,8 @@ def allocate(ctx: CycleContext) -> None:
 def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[ShapeKey, str]) -> bool:
     gang, extras = ctx.tasks_to_start(work)
     if not gang:
-        ctx.place_extras(work, extras)
+        if extras:
+            ctx.place_extras(work, extras)
         return True
     problem = ctx.policy_problem(work, len(gang))
     if problem is not None:
@@ -148,7 +171,9 @@ def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[ShapeKey, str
         if ctx.quota_problem(work, ctx.ask(work, len(gang))) is not None:
             ctx.policy_blocked.add(work.index)
         return False
-    key = pending_shape_key(ctx, work, len(gang))
+    key = ctx.shape_keys.get(work.index)
+    if key is None:
+        key = pending_shape_key(ctx, work, len(gang))
     if work.spec.gpu.kind is _MEMORY:
         # Its charge, hence whether its project's headroom admits it, depends on the device:
         # a failure says something about this project only (whose headroom only shrinks here).
@@ -166,5 +191,6 @@ def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[ShapeKey, str
         return False
     statement.commit()
     ctx.mark_started(work, "fits in idle capacity")
-    ctx.place_extras(work, extras)
+    if extras:
+        ctx.place_extras(work, extras)
     return True

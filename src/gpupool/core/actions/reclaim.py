@@ -53,6 +53,7 @@ _RUNNING = WorkState.RUNNING
 _FAIR, _QUOTA = 0, 1
 _order = operator.attrgetter("order")
 _NOTHING_TO_RECLAIM = "no over-quota work of other projects can be reclaimed to make it fit"
+_BOUNDED = "reclaim is bounded per cycle; it will be tried again"
 
 
 def _pending_in_order(ctx: CycleContext) -> list[WorkRecord]:
@@ -88,7 +89,9 @@ def _gang_to_start(work: WorkRecord) -> int:
     spec = work.spec
     tasks = spec.tasks
     gang = spec.min_available
-    return len(range(tasks)[: tasks if gang is None else gang])
+    if gang is None:  # the common case, without building a range
+        return tasks if tasks > 0 else 0
+    return len(range(tasks)[:gang])
 
 
 def _bar(record: ProjectRecord, kind: int) -> int:
@@ -114,11 +117,19 @@ def reclaim(ctx: CycleContext) -> None:
     waits: dict[tuple[int, int, int, int], str] = {}
     """`_explain_no_reclaim`'s note by what it says: most of a long queue gets one of a few."""
     limited = [bool(ctx.limit_levels(p)) for p in range(len(session.projects))]
+    projects = session.projects
+    shape_keys = ctx.shape_keys
+    reasons = ctx.reasons
+    bounded: dict[str | None, str] = {}
+    """Once the budget is spent, the reason each earlier reason becomes with the note appended
+    (`_append_reason`, kept here by the earlier reason: most of the queue comes here)."""
     for work in _pending_in_order(ctx):
         gang_size = _gang_to_start(work)
         if not gang_size:
             continue
-        if not work.preemptible or limited[work.project]:
+        project = work.project
+        scope = None
+        if not work.preemptible or limited[project]:
             ask = ctx.ask(work, gang_size)
             if ctx.quota_problem(work, ask) is not None:
                 continue
@@ -126,12 +137,11 @@ def reclaim(ctx: CycleContext) -> None:
             # only its own work (preempt); at a department's, the work of the department's
             # projects.
             over = ctx.over_limit(work, ask)
-            if work.project in over:
+            if project in over:
                 continue
-        else:
-            over = []
-        scope = over[-1] if over else None
-        leaf = session.projects[work.project]
+            if over:
+                scope = over[-1]
+        leaf = projects[project]
         ask_gpu = work.task_gpu_milli * gang_size
         after = leaf.holding[GPU] + ask_gpu
         if after > leaf.fair_share[GPU] and after > leaf.spec.quota.gpu_milli:
@@ -141,11 +151,18 @@ def reclaim(ctx: CycleContext) -> None:
                 note = waits[said] = _no_reclaim_note(leaf, ask_gpu)
             _append_reason(ctx, work, note)
             continue
-        key = (work.project, pending_shape_key(ctx, work, gang_size))
+        shape = shape_keys.get(work.index)
+        if shape is None:
+            shape = pending_shape_key(ctx, work, gang_size)
+        key = (project, shape)
         if key in failed:
             continue
         if budget <= 0:
-            _append_reason(ctx, work, "reclaim is bounded per cycle; it will be tried again")
+            base = reasons.get(work.index)
+            joined = bounded.get(base)
+            if joined is None:
+                joined = bounded[base] = _joined(ctx, base, _BOUNDED)
+            reasons[work.index] = joined
             continue
         budget -= 1
         if victims is None:
@@ -272,9 +289,14 @@ def _justified(
     below, allowed, split = side
     projects = ctx.session.projects
     for kind in kinds:
-        if kind in allowed and all(
-            projects[p].holding[GPU] > _bar(projects[p], kind) for p in below
-        ):
+        if kind not in allowed:
+            continue
+        for p in below:  # every level holds more than its bar (`_bar`, inline)
+            record = projects[p]
+            bar = record.fair_share[GPU] if kind == _FAIR else record.spec.quota.gpu_milli
+            if record.holding[GPU] <= bar:
+                break
+        else:
             return kind, projects[victim_project].ancestors[split]
     return None
 
@@ -321,16 +343,19 @@ def _no_reclaim_note(leaf: ProjectRecord, ask_gpu: int) -> str:
 
 
 def _append_reason(ctx: CycleContext, work: WorkRecord, note: str) -> None:
-    base = ctx.reasons.get(work.index)
+    ctx.reasons[work.index] = _joined(ctx, ctx.reasons.get(work.index), note)
+
+
+def _joined(ctx: CycleContext, base: str | None, note: str) -> str:
+    """`base` with `note` appended (just `note` if there is no `base`)."""
     if base is None:
-        ctx.reasons[work.index] = note
-        return
+        return note
     # Most of a long queue appends one of a few notes to one of a few reasons: the outcome is
     # kept by the pair (the same text, found without searching the reason again).
     joined = ctx.joined_reasons.get((base, note))
     if joined is None:
         joined = ctx.joined_reasons[(base, note)] = base if note in base else f"{base}; {note}"
-    ctx.reasons[work.index] = joined
+    return joined
 
 
 def preempt(ctx: CycleContext) -> None:
@@ -339,18 +364,25 @@ def preempt(ctx: CycleContext) -> None:
     budget = session.settings.max_reclaim_attempts_per_cycle
     failed: set[tuple[int, int, ShapeKey]] = set()
     by_project: dict[int, tuple[list[VictimUnit], list[int]]] | None = None
+    lowest: dict[int, int] = {}
+    """Per project with candidates: the lowest priority among them (most pending work is at
+    or below it, and is passed over before anything else is looked up)."""
     for work in _pending_in_order(ctx):
         if budget <= 0:
             return
+        if by_project is None:
+            if not _gang_to_start(work):
+                continue
+            by_project = _candidates_by_project(ctx)
+            lowest = {p: priorities[0] for p, (_units, priorities) in by_project.items()}
+        floor = lowest.get(work.project)
+        if floor is None or floor >= work.priority:
+            continue  # no candidate of lower priority: `cut` below would be 0
         gang_size = _gang_to_start(work)
         if not gang_size:
             continue
-        if by_project is None:
-            by_project = _candidates_by_project(ctx)
-        units, priorities = by_project.get(work.project, ([], []))
+        units, priorities = by_project[work.project]
         cut = bisect.bisect_left(priorities, work.priority)
-        if cut == 0:
-            continue
         key = (work.project, work.priority, pending_shape_key(ctx, work, gang_size))
         # Limits are checked once the victims are out (in `evict_to_place`): evicting the
         # project's own work lowers its holding, so a project at its limit may still preempt.

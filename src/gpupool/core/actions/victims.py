@@ -111,10 +111,11 @@ def evict_to_place(
     statement = Statement(session)
     evicted: list[_Evicted] = []
     limit = session.settings.max_victims_per_attempt
+    examine = _EXAMINE_FACTOR * limit
     examined = 0
     for unit in candidates:
         examined += 1
-        if len(evicted) >= limit or examined > _EXAMINE_FACTOR * limit:
+        if examined > examine or len(evicted) >= limit:
             break
         victim = unit.work
         if victim.state is not _RUNNING:
@@ -179,11 +180,14 @@ def _room_for(session: Session, spec: Workload) -> bool:
     either (nodes' selectors, taints, CPU, memory and pinned devices only take room away)."""
     buckets = session.nodes_by_empty
     request = spec.gpu
-    if request.kind is _WHOLE:
-        needed = max(request.amount, 0)
-        return any(buckets[count] for count in range(needed, len(buckets)))
-    if any(buckets[count] for count in range(1, len(buckets))):
-        return True
+    whole = request.kind is _WHOLE
+    needed = request.amount if whole else 1
+    # Loops rather than `any(...)` over a generator: every eviction attempt asks this.
+    for count in range(needed if needed > 0 else 0, len(buckets)):
+        if buckets[count]:
+            return True
+    if whole:
+        return False
     keys = session.shared_free_keys
     return bool(keys) and keys[-1] >= request.milli_on(session.max_device_memory_mib)
 
