@@ -49,9 +49,11 @@ class _DeviceFree(Sequence[Sequence[int]]):
 
 
 class SessionCapacity:
-    """A `Capacity` over a live session; cheap to build (one `PackNode` per node)."""
+    """A `Capacity` over a live session; cheap to build (one `PackNode` per node). Its members
+    are plain attributes, not properties: a policy reads them for every candidate it scores,
+    and the session changes its lists in place (it never replaces them)."""
 
-    __slots__ = ("_device_free", "_nodes", "_session")
+    __slots__ = ("affinity", "cpu_free", "device_free", "memory_free", "nodes")
 
     def __init__(
         self,
@@ -61,8 +63,7 @@ class SessionCapacity:
     ) -> None:
         """`pinned_nodes`, when given, holds every node `pinned` may name devices of (the
         others are not asked)."""
-        self._session = session
-        self._nodes = tuple(
+        self.nodes: Sequence[PackNode] = tuple(
             PackNode(
                 name=n.name,
                 cpu_milli=UNTRACKED if n.cpu_milli is None else n.cpu_milli,
@@ -72,24 +73,7 @@ class SessionCapacity:
             )
             for n in session.nodes
         )
-        self._device_free = _DeviceFree(session, pinned, pinned_nodes)
-
-    @property
-    def nodes(self) -> Sequence[PackNode]:
-        return self._nodes
-
-    @property
-    def cpu_free(self) -> Sequence[int]:
-        return self._session.cpu_free
-
-    @property
-    def memory_free(self) -> Sequence[int]:
-        return self._session.memory_free
-
-    @property
-    def device_free(self) -> Sequence[Sequence[int]]:
-        return self._device_free
-
-    @property
-    def affinity(self) -> Sequence[Mapping[int, int]]:
-        return self._session.node_tags
+        self.cpu_free: Sequence[int] = session.cpu_free
+        self.memory_free: Sequence[int] = session.memory_free
+        self.device_free: Sequence[Sequence[int]] = _DeviceFree(session, pinned, pinned_nodes)
+        self.affinity: Sequence[Mapping[int, int]] = session.node_tags
