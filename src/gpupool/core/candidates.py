@@ -1,6 +1,6 @@
 """What a cycle's placement search is built from besides the placer itself: the target workload
-the policy keeps room for (`cycle_typical`), the bounded candidate count (`Offer`) and the
-rotating tie-break of a policy that chooses at random (`RotatingPick`)."""
+the policy keeps room for (`cycle_typical`) and the rotating tie-break of a policy that chooses
+at random (`RotatingPick`)."""
 
 from __future__ import annotations
 
@@ -59,32 +59,3 @@ class RotatingPick:
     def __call__(self, count: int) -> int:
         self._next += 1
         return self._next % count
-
-
-class Offer:
-    """Counts the candidates offered to the policy: at most `limit` of each GPU model, and
-    enough once every model the workload may use has its `limit` (on a cluster of one model,
-    simply `limit`). Per model, because a fragmentation-aware policy decides between models
-    (which nodes to keep free for work that needs a scarce one) only if it sees them."""
-
-    __slots__ = ("_counts", "_left", "_limit", "_model_of", "full")
-
-    def __init__(self, limit: int, models: int, model_of: list[int]) -> None:
-        self._limit = limit
-        self._left = models
-        self._model_of = model_of
-        self._counts: dict[int, int] = {}
-        self.full = models <= 0
-        """Every model the workload may use has its `limit` (an attribute, not a property:
-        it is read after every candidate taken)."""
-
-    def take(self, node: int) -> bool:
-        model = self._model_of[node]
-        count = self._counts.get(model, 0)
-        if count >= self._limit:
-            return False
-        self._counts[model] = count + 1
-        if count + 1 == self._limit:
-            self._left -= 1
-            self.full = self._left <= 0
-        return True

@@ -19,15 +19,23 @@ PinnedDevices = Callable[[int], set[int]]
 
 
 class _DeviceFree(Sequence[Sequence[int]]):
-    __slots__ = ("_pinned", "_pinned_nodes", "_session", "_used")
+    """Each node's free parts as a tuple, kept from one read to the next while the node's
+    version (`Session.node_version`, bumped by every change of its devices) stays the same: a
+    node is read for every shape scored on it, and most reads find it unchanged (a list built
+    per read cost ~1% of a cycle). Nodes that may have pinned devices are read afresh."""
+
+    __slots__ = ("_free", "_pinned", "_pinned_nodes", "_read_at", "_session", "_used", "_versions")
 
     def __init__(
         self, session: Session, pinned: PinnedDevices, pinned_nodes: Container[int] | None
     ) -> None:
         self._session = session
         self._used = session.device_used
+        self._versions = session.node_version
         self._pinned = pinned
         self._pinned_nodes = pinned_nodes
+        self._free: list[tuple[int, ...]] = [()] * len(session.nodes)
+        self._read_at = [-1] * len(session.nodes)
 
     def __len__(self) -> int:
         return len(self._session.nodes)
@@ -40,18 +48,26 @@ class _DeviceFree(Sequence[Sequence[int]]):
     def __getitem__(self, node: int | slice) -> Sequence[int] | Sequence[Sequence[int]]:
         if isinstance(node, slice):
             return [self[i] for i in range(len(self))[node]]
-        free = [MILLI_PER_GPU - used for used in self._used[node]]
         pinned_nodes = self._pinned_nodes
         if pinned_nodes is None or node in pinned_nodes:
+            free = [MILLI_PER_GPU - used for used in self._used[node]]
             for device in self._pinned(node):
                 free[device] = -1
-        return free
+            return tuple(free)
+        version = self._versions[node]
+        if self._read_at[node] == version:
+            return self._free[node]
+        self._read_at[node] = version
+        read = self._free[node] = tuple([MILLI_PER_GPU - used for used in self._used[node]])
+        return read
 
 
 class SessionCapacity:
-    """A `Capacity` over a live session; cheap to build (one `PackNode` per node)."""
+    """A `Capacity` over a live session; cheap to build (one `PackNode` per node). Its members
+    are plain attributes, not properties: a policy reads them for every candidate it scores,
+    and the session changes its lists in place (it never replaces them)."""
 
-    __slots__ = ("_device_free", "_nodes", "_session")
+    __slots__ = ("affinity", "cpu_free", "device_free", "memory_free", "nodes")
 
     def __init__(
         self,
@@ -61,8 +77,7 @@ class SessionCapacity:
     ) -> None:
         """`pinned_nodes`, when given, holds every node `pinned` may name devices of (the
         others are not asked)."""
-        self._session = session
-        self._nodes = tuple(
+        self.nodes: Sequence[PackNode] = tuple(
             PackNode(
                 name=n.name,
                 cpu_milli=UNTRACKED if n.cpu_milli is None else n.cpu_milli,
@@ -72,24 +87,7 @@ class SessionCapacity:
             )
             for n in session.nodes
         )
-        self._device_free = _DeviceFree(session, pinned, pinned_nodes)
-
-    @property
-    def nodes(self) -> Sequence[PackNode]:
-        return self._nodes
-
-    @property
-    def cpu_free(self) -> Sequence[int]:
-        return self._session.cpu_free
-
-    @property
-    def memory_free(self) -> Sequence[int]:
-        return self._session.memory_free
-
-    @property
-    def device_free(self) -> Sequence[Sequence[int]]:
-        return self._device_free
-
-    @property
-    def affinity(self) -> Sequence[Mapping[int, int]]:
-        return self._session.node_tags
+        self.cpu_free: Sequence[int] = session.cpu_free
+        self.memory_free: Sequence[int] = session.memory_free
+        self.device_free: Sequence[Sequence[int]] = _DeviceFree(session, pinned, pinned_nodes)
+        self.affinity: Sequence[Mapping[int, int]] = session.node_tags

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator
+from itertools import chain
 from typing import Any, Final
 
-from gpupool.core.candidates import Offer, RotatingPick
+from gpupool.core.candidates import RotatingPick
 from gpupool.core.capacity import SessionCapacity
 from gpupool.core.model import (
     MILLI_PER_GPU,
@@ -317,16 +318,20 @@ class Placer:
         buckets = range(at_least, s.max_gpus_per_node + 1)
         if self.policy.loose:
             buckets = range(s.max_gpus_per_node, at_least - 1, -1)
-        for count in buckets:
-            yield from s.nodes_by_empty[count]
+        # chained in C: a generator here would be resumed once per node the scans read
+        return chain.from_iterable(map(s.nodes_by_empty.__getitem__, buckets))
 
-    def _offer(self, allowed: frozenset[int] | None) -> Offer:
+    def _offer(self, allowed: frozenset[int] | None) -> tuple[list[int], int]:
+        """A fresh count of the candidates taken per GPU model, and how many models the
+        workload may use: the candidate scans stop once each of them has
+        `placement_candidates`. Per model, because a fragmentation-aware policy decides between
+        models (which nodes to keep free for work that needs a scarce one) only if it sees them.
+        The scans count inline: they take a candidate tens of thousands of times a cycle."""
         models = self._models_allowed.get(allowed)
         if models is None:
             assert allowed is not None
             models = self._models_allowed[allowed] = len({self._model_of[n] for n in allowed})
-        limit = self.session.settings.placement_candidates
-        return Offer(limit, models, self._model_of)
+        return [0] * self._models_allowed[None], models
 
     def _whole_candidates(
         self, workload: Workload, excluded: int | None, needed: int, first_only: bool = False
@@ -335,7 +340,9 @@ class Placer:
         only, or `placement_candidates` of each GPU model."""
         allowed = self._allowed(workload)
         pins = self._pins
-        offer = self._offer(allowed)
+        taken, left = self._offer(allowed)
+        limit = self.session.settings.placement_candidates
+        model_of = self._model_of
         found: list[int] = []
         # `_node_fits`, inline: this loop runs for every whole-GPU task placed
         cpu_free = self.session.cpu_free
@@ -357,9 +364,15 @@ class Placer:
                     continue
             if first_only:
                 return [node]
-            if offer.take(node):
-                found.append(node)
-                if offer.full:
+            model = model_of[node]
+            count = taken[model] + 1
+            if count > limit:
+                continue
+            taken[model] = count
+            found.append(node)
+            if count == limit:
+                left -= 1
+                if left <= 0:
                     break
         return found
 
@@ -384,7 +397,9 @@ class Placer:
         found: dict[int, None] = {}
         keys = s.shared_free_keys
         by_free = s.shared_by_free
-        offer = self._offer(allowed)
+        limit = s.settings.placement_candidates
+        model_of = self._model_of
+        taken, left = self._offer(allowed)
         for free in keys[bisect.bisect_left(keys, smallest) :]:
             for node, _device in by_free[free]:
                 if (
@@ -399,13 +414,19 @@ class Placer:
                     milli = request.milli_on(nodes[node].gpu_memory_mib)
                 if milli > free or (max_milli is not None and milli > max_milli):
                     continue
-                if offer.take(node):
-                    found[node] = None
-                    if offer.full:
+                model = model_of[node]
+                count = taken[model] + 1
+                if count > limit:
+                    continue
+                taken[model] = count
+                found[node] = None
+                if count == limit:
+                    left -= 1
+                    if left <= 0:
                         break
-            if offer.full:
+            if left <= 0:
                 break
-        offer = self._offer(allowed)
+        taken, left = self._offer(allowed)
         pins = self._pins
         for node in self._nodes_with_empty(1):
             if (
@@ -423,9 +444,15 @@ class Placer:
                     continue
             if max_milli is not None and request.milli_on(s.nodes[node].gpu_memory_mib) > max_milli:
                 continue
-            if offer.take(node):
-                found[node] = None
-                if offer.full:
+            model = model_of[node]
+            count = taken[model] + 1
+            if count > limit:
+                continue
+            taken[model] = count
+            found[node] = None
+            if count == limit:
+                left -= 1
+                if left <= 0:
                     break
         return list(found)
 

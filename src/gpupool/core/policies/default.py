@@ -149,10 +149,9 @@ class DefaultPolicy(FgdPolicy):
         """The whole measure by the node's exact free CPU and memory (the stranding term reads
         them as amounts); `_memo` keeps the shapes' part by the cuts (`FgdPolicy`)."""
 
-    def fragmentation(
-        self, model: str | None, cpu_free: int, memory_free: int, free: Sequence[int]
+    def _measure(
+        self, model: str | None, cpu_free: int, memory_free: int, free_sorted: tuple[int, ...]
     ) -> float:
-        free_sorted = tuple(sorted(free))
         exact = (model, cpu_free, memory_free, free_sorted)
         value = self._exact.get(exact)
         if value is None:
@@ -168,7 +167,7 @@ class DefaultPolicy(FgdPolicy):
                     model, cpu_free, free_sorted, self._rows, memory_free
                 )
             if self._stranding_weight:
-                free_gpu = sum(free)
+                free_gpu = sum(free_sorted)
                 usable = min(
                     free_gpu,
                     cpu_free / self._cpu_per_gpu if self._cpu_per_gpu else free_gpu,

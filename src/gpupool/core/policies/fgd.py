@@ -190,8 +190,14 @@ class FgdPolicy(PlacementPolicy):
     def fragmentation(
         self, model: str | None, cpu_free: int, memory_free: int, free: Sequence[int]
     ) -> float:
+        return self._measure(model, cpu_free, memory_free, tuple(sorted(free)))
+
+    def _measure(
+        self, model: str | None, cpu_free: int, memory_free: int, free_sorted: tuple[int, ...]
+    ) -> float:
+        """`fragmentation` of a node whose free parts are already sorted (`score` derives the
+        state after a pod from the state before without sorting again)."""
         memory = memory_free if self._count_memory else None
-        free_sorted = tuple(sorted(free))
         key = (
             model,
             bisect.bisect_right(self._cpu_cuts, cpu_free),
@@ -209,35 +215,61 @@ class FgdPolicy(PlacementPolicy):
         cpu = state.cpu_free[node]
         memory = state.memory_free[node]
         free = state.device_free[node]
-        before = self.fragmentation(model, cpu, memory, free)
+        free_sorted = tuple(sorted(free))
+        measure = self._measure
+        before = measure(model, cpu, memory, free_sorted)
         cpu_after = cpu - shape.cpu_milli
         memory_after = memory - shape.memory_mib
-        if shape.is_fractional:
+        milli = shape.gpu_milli
+        if shape.gpu_count == 1 and milli < MILLI_PER_GPU:  # `shape.is_fractional`
             best: tuple[int, int, int] | None = None
             # Devices with the same room leave the node in the same state (the measure sees the
             # free parts as a multiset) and rank the same: the first of them stands for all.
             tried: set[int] = set()
             for d, room in enumerate(free):
-                if room < shape.gpu_milli or room in tried:
+                if room < milli or room in tried:
                     continue
                 tried.add(room)
-                after = list(free)
-                after[d] -= shape.gpu_milli
-                value = fgd_node_score(
-                    before, self.fragmentation(model, cpu_after, memory_after, after)
+                # the sorted state after: `room` taken out, `room - milli` put in its place
+                at = bisect.bisect_left(free_sorted, room)
+                to = bisect.bisect_left(free_sorted, room - milli, 0, at)
+                after_sorted = (
+                    *free_sorted[:to],
+                    room - milli,
+                    *free_sorted[to:at],
+                    *free_sorted[at + 1 :],
                 )
-                rank = self._device_rank(room, shape.gpu_milli)
+                value = fgd_node_score(
+                    before, measure(model, cpu_after, memory_after, after_sorted)
+                )
+                rank = self._device_rank(room, milli)
                 if best is None or (rank, -value) < (best[0], -best[1]):
                     best = (rank, value, d)
             if best is None:
                 return None
             return float(best[0] * PLAN_RANK_STEP - best[1]), (best[2],)
-        devices = tuple(d for d, room in enumerate(free) if room >= MILLI_PER_GPU)
-        devices = devices[: shape.gpu_count]
-        after = list(free)
-        for d in devices:
-            after[d] -= shape.gpu_milli
-        after_value = self.fragmentation(model, cpu_after, memory_after, after)
+        count = shape.gpu_count
+        taken: list[int] = []
+        if count:
+            for d, room in enumerate(free):
+                if room >= MILLI_PER_GPU:
+                    taken.append(d)
+                    if len(taken) == count:
+                        break
+        devices = tuple(taken)
+        if taken and free_sorted[-1] == MILLI_PER_GPU:
+            # the devices taken are whole ones, the last in sorted order: each leaves
+            # `MILLI_PER_GPU - milli` free, which goes in where that amount sorts
+            rest = free_sorted[: len(free_sorted) - len(taken)]
+            left = MILLI_PER_GPU - milli
+            to = bisect.bisect_left(rest, left)
+            after_sorted = rest[:to] + (left,) * len(taken) + rest[to:]
+        else:
+            changed = list(free)
+            for d in taken:
+                changed[d] -= milli
+            after_sorted = tuple(sorted(changed))
+        after_value = measure(model, cpu_after, memory_after, after_sorted)
         return -float(fgd_node_score(before, after_value)), devices
 
     def _device_rank(self, free_milli: int, share_milli: int) -> int:
