@@ -221,7 +221,7 @@ class FgdPolicy(PlacementPolicy):
         cpu_after = cpu - shape.cpu_milli
         memory_after = memory - shape.memory_mib
         milli = shape.gpu_milli
-        if shape.gpu_count == 1 and milli < MILLI_PER_GPU:  # `shape.is_fractional`
+        if shape.is_fractional:
             best: tuple[int, int, int] | None = None
             # Devices with the same room leave the node in the same state (the measure sees the
             # free parts as a multiset) and rank the same: the first of them stands for all.
