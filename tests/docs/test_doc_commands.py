@@ -114,6 +114,11 @@ NOT_RUN: dict[str, str] = {
         "minutes at 10,000 nodes; the README's `benchmarks/cycle.py --nodes 100` runs, and "
         "tests/test_benchmark_smoke.py::test_one_cycle_makes_consistent_decisions"
     ),
+    ".venv/bin/python benchmarks/cycle_instructions.py # instructions of one 1,000-node cycle "
+    "(valgrind)": (
+        "minutes under valgrind, which CI does not install; "
+        "tests/test_cycle_instructions.py::test_a_real_count_is_positive runs it at 3 nodes"
+    ),
     ".venv/bin/python benchmarks/packing.py          # every packing policy on the openb trace, "
     "5 seeds": (
         "tens of minutes; tests/sim/test_packing_bench.py::test_run_packing_curve runs each "
