@@ -30,6 +30,8 @@ class Server:
     app: Any
     clock: FakeClock
     admin: TestClient
+    said: list[str]
+    """What the server announced (the loop's errors among them)."""
 
     def client(self, token: str) -> TestClient:
         """Another caller of the same app (not entered: the app's lifespan is the admin
@@ -50,12 +52,22 @@ class Server:
         """Until `check()`, moving the server's clock on (a stopped task's grace period) and
         waking its loop (it runs when woken: the interval is an hour)."""
 
+        loop = self.app.state.gpupool.loop
+        began = loop.iterations
+
         def moved_on() -> bool:
             self.clock.advance(10)
-            self.app.state.gpupool.loop.wake()
+            loop.wake()
             return check()
 
-        wait_for(moved_on, what=what)
+        try:
+            wait_for(moved_on, what=what)
+        except AssertionError as error:  # say what the loop did meanwhile (CI saw this once)
+            raise AssertionError(
+                f"{error}; the loop ran {loop.iterations - began} iteration(s) meanwhile, its "
+                f"thread alive: {loop.thread_alive}, its last error: {loop.last_error}, "
+                f"the server said: {self.said}"
+            ) from None
 
     def events(self, client: TestClient | None = None, **params: object) -> list[dict[str, Any]]:
         response = (client or self.admin).get("/api/v1/events", params=params)
@@ -72,11 +84,12 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
     settings = ServerSettings(
         data_dir=data_dir, database_url=url, simulated_nodes="1x4", cycle_interval_s=3600.0
     )
-    app = create_app(settings, clock=clock, announce=lambda message: None)
+    said: list[str] = []
+    app = create_app(settings, clock=clock, announce=said.append)
     with TestClient(app) as admin:
         token = (data_dir / "admin-token").read_text().strip()
         admin.headers["Authorization"] = f"Bearer {token}"
-        yield Server(app, clock, admin)
+        yield Server(app, clock, admin, said)
 
 
 def test_a_project_created_again_sees_none_of_the_old_ones_events(server: Server) -> None:

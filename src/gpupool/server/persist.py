@@ -49,11 +49,14 @@ def write(
     counts = {"bind": 0, "evict": 0, "move": 0} | {cause.value: 0 for cause in EvictionCause}
     touched = {d.workload for d in result.decisions}
     with writer.begin() as session:
+        # Locked until this transaction ends (PostgreSQL; SQLite's writers are serialised
+        # already): a delete or suspend that commits between this read and the writes below
+        # would otherwise be overwritten, its workload left with tasks no one stops.
         current = dict(
             session.execute(
-                select(WorkloadRow.id, WorkloadRow.version).where(
-                    WorkloadRow.id.in_([built.keys[name].workload_id for name in touched])
-                )
+                select(WorkloadRow.id, WorkloadRow.version)
+                .where(WorkloadRow.id.in_([built.keys[name].workload_id for name in touched]))
+                .with_for_update()
             ).all()
         )
         by_name = {w.name: w for w in built.snapshot.workloads}

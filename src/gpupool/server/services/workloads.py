@@ -288,8 +288,10 @@ def suspend(session: Session, row: WorkloadRow, who: Principal, now_s: float) ->
             f"workload {row.name!r} is {row.status}: only a {_allowing(WorkloadEvent.SUSPEND)} "
             "workload can be suspended"
         )
-    stop_tasks(session, row.id, now_s, f"suspended by {who.name}")
+    # The workload first: that update waits for a scheduling cycle writing it, and the stop
+    # after it then sees the tasks that cycle added.
     _bump(session, row, WorkloadEvent.SUSPEND, f"suspended by {who.name}")
+    stop_tasks(session, row.id, now_s, f"suspended by {who.name}")
     add_event(session, now_s, "suspended", row, who)
     session.refresh(row)
     return view(row, 0)
@@ -311,8 +313,8 @@ def delete(session: Session, row: WorkloadRow, who: Principal, now_s: float) -> 
     """Stop the workload's tasks; the scheduling loop removes the row once they are gone."""
     if not WORKLOAD.allows(row.status, WorkloadEvent.DELETE):
         return view(row, 0)  # being deleted already: deleting again changes nothing
+    _bump(session, row, WorkloadEvent.DELETE, None)  # first, as in `suspend`
     stop_tasks(session, row.id, now_s, f"deleted by {who.name}")
-    _bump(session, row, WorkloadEvent.DELETE, None)
     add_event(session, now_s, "deleting", row, who)
     session.refresh(row)
     return view(row, 0)
