@@ -3,8 +3,10 @@
 `data/cycle_digests.json` holds, per (nodes, seed, placement), sha256 digests of the canonical
 repr of `run_cycle`'s decisions (in order) and of its pending reasons, on the synthetic snapshots
 of `benchmarks/cycle_bench/workload.build_snapshot`. They were generated from the code before the
-performance work of issue 13 (item 4); a speed-up that changes one is wrong. Regenerate only for
-an intended change of behaviour:
+performance work of issue 13 (item 4), and regenerated once since, for an intended change of
+behaviour (2026-11-27: reclaim does not try again, in the same cycle, a shape that needs at least
+what a failed attempt of the project needed, `tests/core/test_reclaim_budget.py`); a speed-up
+that changes one is wrong. Regenerate only for an intended change of behaviour:
 
     PYTHONPATH=src python tests/core/test_cycle_decisions_stable.py --write
 """

@@ -20,7 +20,9 @@ projects.
 
 Both are bounded per cycle: at most `max_reclaim_attempts_per_cycle` attempts, at most
 `max_victims_per_attempt` victims tried per attempt, and a shape that failed for a project is not
-tried again for that project in the same cycle.
+tried again for that project in the same cycle. Reclaim also passes over a shape that needs as much
+GPU and at least as much CPU and memory per task as one that failed for the project (the same
+victims free no more room for it): its attempts go to work that can start.
 """
 
 from __future__ import annotations
@@ -111,7 +113,8 @@ def _reclaimer_guards(ctx: CycleContext, work: WorkRecord, ask_gpu: int) -> dict
 def reclaim(ctx: CycleContext) -> None:
     session = ctx.session
     budget = session.settings.max_reclaim_attempts_per_cycle
-    failed: set[tuple[int, ShapeKey]] = set()
+    failed: dict[tuple[int, ShapeKey, ShapeKey], list[tuple[int, int]]] = {}
+    """Per project and shape less its CPU and memory per task: those of the failed attempts."""
     victims: list[VictimUnit] | None = None
     victim_projects: list[int] = []
     waits: dict[tuple[int, int, int, int], str] = {}
@@ -154,8 +157,12 @@ def reclaim(ctx: CycleContext) -> None:
         shape = shape_keys.get(work.index)
         if shape is None:
             shape = pending_shape_key(ctx, work, gang_size)
-        key = (project, shape)
-        if key in failed:
+        # A shape that failed for the project fails again, and so does one that needs as much
+        # GPU and at least as much CPU and memory per task: the same victims, less room.
+        key = (project, shape[:3], shape[5:])
+        needs = failed.get(key)
+        spec = work.spec
+        if needs is not None and _dominated(needs, spec.cpu_milli, spec.memory_mib):
             continue
         if budget <= 0:
             base = reasons.get(work.index)
@@ -180,8 +187,13 @@ def reclaim(ctx: CycleContext) -> None:
         if _reclaim_for(ctx, work, gang, victims, inside, path, guards):
             ctx.place_extras(work, extras)
         else:
-            failed.add(key)
+            failed.setdefault(key, []).append((spec.cpu_milli, spec.memory_mib))
             _append_reason(ctx, work, nothing)
+
+
+def _dominated(needs: list[tuple[int, int]], cpu_milli: int, memory_mib: int) -> bool:
+    """Whether a failed attempt asked no more CPU and memory per task than this one."""
+    return any(c <= cpu_milli and m <= memory_mib for c, m in needs)
 
 
 def _reclaim_for(
