@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import shellingham
 import yaml
 from click.testing import Result
 from typer.testing import CliRunner
@@ -70,11 +71,15 @@ def write(path: Path, text: str) -> Path:
 # -- offline ---------------------------------------------------------------------------------------
 
 
-def test_version_and_completion(cli: Cli) -> None:
+def test_version_and_completion(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     version = cli("--version")
     assert version.exit_code == 0
     assert version.stdout == f"gpupool {gpupool.__version__}\n"
-    shown = cli("--show-completion", "bash")
+    # `--show-completion` prints the script for the shell it runs under, found among the
+    # process's ancestors (shellingham); under a test runner started by no shell (an IDE, a
+    # background job) there is none, so the shell is bash here.
+    monkeypatch.setattr(shellingham, "detect_shell", lambda: ("bash", "/bin/bash"))
+    shown = cli("--show-completion")
     assert shown.exit_code == 0, shown.output
     assert "complete" in shown.stdout and "_GPUPOOL_COMPLETE" in shown.stdout.upper()
     assert "--install-completion" in cli("--help").stdout
