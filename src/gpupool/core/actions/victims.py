@@ -201,13 +201,15 @@ def _restore_unneeded(
 ) -> None:
     """G10: give back every victim the pending workload can do without.
 
-    The least preferred victims (the last taken) are tried first: put back where it was (task
-    by task, each checked against the state after the previous ones, since two tasks of one
-    victim may share a device), then the pending workload is placed afresh; if it no longer
-    fits, the victim is taken again. An elastic surplus task comes back only if the rest of its
-    workload still runs (G9).
+    First, together, every victim on none of the nodes the pending workload is placed on now
+    (`_restore_off_placement`); then each of the others, the least preferred (the last taken)
+    first: put back where it was (task by task, each checked against the state after the
+    previous ones, since two tasks of one victim may share a device), then the pending workload
+    is placed afresh; if it no longer fits, the victim is taken again. An elastic surplus task
+    comes back only if the rest of its workload still runs (G9).
     """
     session = statement.session
+    _restore_off_placement(ctx, statement, evicted, work, gang)
     for item in reversed(evicted):
         victim = item.unit.work
         if item.unit.task_indices and victim.state is _EVICTED:
@@ -226,6 +228,64 @@ def _restore_unneeded(
             for alloc in restored:
                 statement.remove(victim, alloc.task_index)
     evicted[:] = [item for item in evicted if item.allocs]
+
+
+def _restore_off_placement(
+    ctx: CycleContext,
+    statement: Statement,
+    evicted: list[_Evicted],
+    work: WorkRecord,
+    gang: list[int],
+) -> None:
+    """Put back, together, every victim none of whose tasks ran on a node where the pending
+    workload is placed now: the room it freed is not what the placement uses. Checked once
+    with all of them back (a limit the victims were taken to stay under (G6) may still need
+    them); if the workload then no longer fits, they are taken again, and `_restore_unneeded`
+    tries each. The victims put back leave `evicted`.
+
+    One at a time, each victim put back is a placement and its undo; most of an attempt's
+    victims are far from where the workload goes."""
+    if len(evicted) < 2:
+        return
+    attempt = Statement(ctx.session)
+    if not _place_within_policy(ctx, attempt, work, gang):
+        attempt.rollback()
+        return
+    used = {work.allocs[task].node for task in gang}
+    attempt.rollback()
+    session = statement.session
+    back: list[tuple[_Evicted, list[TaskAlloc]]] = []
+    for item in reversed(evicted):
+        victim = item.unit.work
+        if item.unit.task_indices and victim.state is _EVICTED:
+            continue
+        if any(alloc.node in used for alloc in item.allocs):
+            continue
+        restored: list[TaskAlloc] = []
+        for alloc in item.allocs:
+            if not fits_back(session, victim, alloc):
+                break
+            statement.place(victim, alloc)
+            restored.append(alloc)
+        if len(restored) < len(item.allocs):
+            for alloc in restored:
+                statement.remove(victim, alloc.task_index)
+            continue
+        victim.state = _RUNNING
+        back.append((item, restored))
+    if not back:
+        return
+    if fits_now(ctx, work, gang):
+        for item, _restored in back:
+            item.allocs.clear()
+        evicted[:] = [item for item in evicted if item.allocs]
+        return
+    for item, restored in reversed(back):
+        victim = item.unit.work
+        for alloc in restored:
+            statement.remove(victim, alloc.task_index)
+        if not victim.allocs:
+            victim.state = _EVICTED
 
 
 def _replay(statement: Statement, evicted: list[_Evicted], justify: Justify) -> None:
