@@ -10,7 +10,7 @@ never fits within `max_victims_per_attempt`, nothing is evicted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -208,26 +208,40 @@ def _restore_unneeded(
     is placed afresh; if it no longer fits, the victim is taken again. An elastic surplus task
     comes back only if the rest of its workload still runs (G9).
     """
-    session = statement.session
     _restore_off_placement(ctx, statement, evicted, work, gang)
+    for item, victim in _restorable(evicted):
+        if not _put_back(statement, victim, item.allocs):
+            continue
+        if fits_now(ctx, work, gang):
+            victim.state = _RUNNING
+            item.allocs.clear()
+        else:
+            for alloc in item.allocs:
+                statement.remove(victim, alloc.task_index)
+    evicted[:] = [item for item in evicted if item.allocs]
+
+
+def _restorable(evicted: list[_Evicted]) -> Iterator[tuple[_Evicted, WorkRecord]]:
+    """The victims to try putting back, the last taken first; an elastic surplus task only
+    while the rest of its workload runs (G9), as read when its turn comes."""
     for item in reversed(evicted):
         victim = item.unit.work
         if item.unit.task_indices and victim.state is _EVICTED:
             continue
-        restored: list[TaskAlloc] = []
-        for alloc in item.allocs:
-            if not fits_back(session, victim, alloc):
-                break
-            statement.place(victim, alloc)
-            restored.append(alloc)
-        still_fits = len(restored) == len(item.allocs) and fits_now(ctx, work, gang)
-        if still_fits:
-            victim.state = _RUNNING
-            item.allocs.clear()
-        else:
-            for alloc in restored:
-                statement.remove(victim, alloc.task_index)
-    evicted[:] = [item for item in evicted if item.allocs]
+        yield item, victim
+
+
+def _put_back(statement: Statement, victim: WorkRecord, allocs: list[TaskAlloc]) -> bool:
+    """Put `allocs` of `victim` back where they were, all or none: task by task, each checked
+    against the state after the previous ones (two tasks of one victim may share a device)."""
+    session = statement.session
+    for placed, alloc in enumerate(allocs):
+        if not fits_back(session, victim, alloc):
+            for undo in allocs[:placed]:
+                statement.remove(victim, undo.task_index)
+            return False
+        statement.place(victim, alloc)
+    return True
 
 
 def _restore_off_placement(
@@ -253,36 +267,23 @@ def _restore_off_placement(
         return
     used = {work.allocs[task].node for task in gang}
     attempt.rollback()
-    session = statement.session
-    back: list[tuple[_Evicted, list[TaskAlloc]]] = []
-    for item in reversed(evicted):
-        victim = item.unit.work
-        if item.unit.task_indices and victim.state is _EVICTED:
-            continue
+    back: list[_Evicted] = []
+    for item, victim in _restorable(evicted):
         if any(alloc.node in used for alloc in item.allocs):
             continue
-        restored: list[TaskAlloc] = []
-        for alloc in item.allocs:
-            if not fits_back(session, victim, alloc):
-                break
-            statement.place(victim, alloc)
-            restored.append(alloc)
-        if len(restored) < len(item.allocs):
-            for alloc in restored:
-                statement.remove(victim, alloc.task_index)
-            continue
-        victim.state = _RUNNING
-        back.append((item, restored))
+        if _put_back(statement, victim, item.allocs):
+            victim.state = _RUNNING
+            back.append(item)
     if not back:
         return
     if fits_now(ctx, work, gang):
-        for item, _restored in back:
+        for item in back:
             item.allocs.clear()
         evicted[:] = [item for item in evicted if item.allocs]
         return
-    for item, restored in reversed(back):
+    for item in reversed(back):
         victim = item.unit.work
-        for alloc in restored:
+        for alloc in item.allocs:
             statement.remove(victim, alloc.task_index)
         if not victim.allocs:
             victim.state = _EVICTED
