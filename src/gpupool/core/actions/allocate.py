@@ -43,6 +43,12 @@ def shape_key(work: WorkRecord, gang_size: int) -> ShapeKey:
     )
 
 
+def without_cpu_memory(key: ShapeKey) -> ShapeKey:
+    """`key` less the CPU and memory per task (its fourth and fifth items, as `shape_key`
+    builds it and `allocate` inlines it): what reclaim compares shapes by before those two."""
+    return key[:3] + key[5:]
+
+
 def pending_shape_key(ctx: CycleContext, work: WorkRecord, gang_size: int) -> ShapeKey:
     """`shape_key` of a work with nothing placed, whose gang to start is fixed by its spec:
     computed once a cycle."""

@@ -35,6 +35,7 @@ from gpupool.core.actions.allocate import (
     pending_shape_key,
     queues_by_project,
     share_ratio,
+    without_cpu_memory,
 )
 from gpupool.core.actions.victims import (
     Reason,
@@ -113,7 +114,7 @@ def _reclaimer_guards(ctx: CycleContext, work: WorkRecord, ask_gpu: int) -> dict
 def reclaim(ctx: CycleContext) -> None:
     session = ctx.session
     budget = session.settings.max_reclaim_attempts_per_cycle
-    failed: dict[tuple[int, ShapeKey, ShapeKey], list[tuple[int, int]]] = {}
+    failed: dict[tuple[int, ShapeKey], list[tuple[int, int]]] = {}
     """Per project and shape less its CPU and memory per task: those of the failed attempts."""
     victims: list[VictimUnit] | None = None
     victim_projects: list[int] = []
@@ -159,7 +160,7 @@ def reclaim(ctx: CycleContext) -> None:
             shape = pending_shape_key(ctx, work, gang_size)
         # A shape that failed for the project fails again, and so does one that needs as much
         # GPU and at least as much CPU and memory per task: the same victims, less room.
-        key = (project, shape[:3], shape[5:])
+        key = (project, without_cpu_memory(shape))
         needs = failed.get(key)
         spec = work.spec
         if needs is not None and _dominated(needs, spec.cpu_milli, spec.memory_mib):
