@@ -81,7 +81,7 @@ def test_a_workload_running_half_the_time_averages_half(tmp_path: Path) -> None:
     assert by_workload["b/other-half"].allocated_gpu_milli == 250
     assert by_workload["a/half"].allocated_gpu_milli == 500
     recent_projects, recent_devices = usage.recent(session, T0 + 60)
-    assert recent_devices[("n1", 0)] == 75
+    assert recent_devices[("n1", 0)].utilization_percent == 75
     assert recent_projects["a"] == 500  # half of a busy device, then alone at 50%
 
 
@@ -100,6 +100,7 @@ def test_without_any_sample_utilization_is_unknown_never_zero(tmp_path: Path) ->
         (500, None),
     ]
     assert [d.utilization_percent for d in top.nodes[0].devices] == [None, None]
+    assert [d.memory_used_mib for d in top.nodes[0].devices] == [None, None]
     for by in ("device", "project", "workload"):
         report = usage.report(session, by, T0 - 3600, 60, None)
         assert (report.points, report.summary) == ([], [])
@@ -119,3 +120,26 @@ def test_memory_is_the_peak_over_the_minute(tmp_path: Path) -> None:
         usage.record(session, [UsageSample(T0 + offset, "n1", 0, 30, memory)], T0 + 15)
     [device] = usage.report(session, "device", T0, 60, None).summary
     assert (device.memory_used_max_mib, device.utilized_gpu_milli) == (2000, 300)
+
+
+def test_nodes_and_top_show_each_devices_memory_peak_of_the_last_minutes(tmp_path: Path) -> None:
+    """What the samples say a device held reaches `/nodes` and `/top` (the dashboard's memory
+    meter): the peak over the recent window, per device; a device without samples stays null."""
+    session = _setup(tmp_path)
+    session.add_all(
+        DeviceRow(node_id=session.query(NodeRow).one().id, device_index=i, memory_mib=80000)
+        for i in (0, 1)
+    )
+    older = [UsageSample(T0 + 5 * i, "n1", 0, 40, 3000 + i) for i in range(12)]
+    usage.record(session, older, T0 + 60)
+    newer = [UsageSample(T0 + 60 + 5 * i, "n1", 0, 80, 1200) for i in range(12)]
+    usage.record(session, newer, T0 + 120)
+    _, devices = usage.recent(session, T0 + 120)
+    assert devices == {("n1", 0): cluster.RecentDevice(60, 3011)}
+    [node] = cluster.nodes(session, recent_devices=devices)
+    assert [(d.utilization_percent, d.memory_used_mib) for d in node.devices] == [
+        (60, 3011),
+        (None, None),
+    ]
+    top = cluster.top(session, T0 + 120, {}, None, None, {}, devices)
+    assert [d.memory_used_mib for d in top.nodes[0].devices] == [3011, None]

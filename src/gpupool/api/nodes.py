@@ -60,6 +60,8 @@ class DeviceOut(_Out):
     utilization_percent: int | None = None
     """Average over the last 5 minutes; null without samples."""
     memory_used_mib: int | None = None
+    """Peak over the last 5 minutes (what the executor's samples say the device held); null
+    without samples."""
 
 
 class NodeOut(_Out):

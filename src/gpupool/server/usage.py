@@ -32,7 +32,7 @@ from gpupool.api.schemas import TaskState, UsageOut, UsagePoint
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.executors.base import UsageSample
 from gpupool.server.db import UsageRow
-from gpupool.server.services.cluster import Charge, charges
+from gpupool.server.services.cluster import Charge, RecentDevice, charges
 
 USAGE = cast(Table, UsageRow.__table__)
 BUCKET_S = 60
@@ -213,11 +213,13 @@ def _key(row: UsageRow, by: str) -> str:
     return f"{row.project}/{row.workload}"
 
 
-def recent(session: Session, now_s: float) -> tuple[dict[str, int], dict[tuple[str, int], int]]:
-    """Utilized milli-GPU per project and utilization % per device over the last `RECENT_S`:
-    the summaries of `report` by project and by device, summed by the database (a large
-    cluster's five minutes are thousands of rows, read on every `/top` and `/nodes`). A project
-    or device without rows is absent (unknown), never 0."""
+def recent(
+    session: Session, now_s: float
+) -> tuple[dict[str, int], dict[tuple[str, int], RecentDevice]]:
+    """Utilized milli-GPU per project, and utilization and memory used per device, over the
+    last `RECENT_S`: the summaries of `report` by project and by device, summed by the database
+    (a large cluster's five minutes are thousands of rows, read on every `/top` and `/nodes`).
+    A project or device without rows is absent (unknown), never 0."""
     since = now_s - RECENT_S
     c = USAGE.c
     minutes = session.scalar(
@@ -226,9 +228,14 @@ def recent(session: Session, now_s: float) -> tuple[dict[str, int], dict[tuple[s
     if not minutes:
         return {}, {}
     devices = {
-        (node, index): int(used) // minutes // 10
-        for node, index, used in session.execute(
-            select(c.node, c.device_index, func.sum(c.utilized_milli_sum // _at_least_1(c.samples)))
+        (node, index): RecentDevice(int(used) // minutes // 10, int(memory))
+        for node, index, used, memory in session.execute(
+            select(
+                c.node,
+                c.device_index,
+                func.sum(c.utilized_milli_sum // _at_least_1(c.samples)),
+                func.max(c.memory_used_max_mib),
+            )
             .where(c.bucket_s >= since, c.project == _DEVICE)
             .group_by(c.node, c.device_index)
         )

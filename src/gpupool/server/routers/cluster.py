@@ -58,7 +58,7 @@ def list_nodes(state: State, caller: Caller) -> list[NodeOut]:
     projects' shares without workload names) and recent utilization."""
     with state.read() as session:
         _, devices = usage.recent(session, state.clock.now_s())
-        return cluster.nodes(session, device_utilization=devices, viewer=caller)
+        return cluster.nodes(session, recent_devices=devices, viewer=caller)
 
 
 @api.get("/names", tags=["nodes", "projects"])
@@ -72,7 +72,7 @@ def list_names(state: State, caller: Caller) -> NamesOut:
 def get_node(name: str, state: State, caller: Caller) -> NodeOut:
     with state.read() as session:
         _, devices = usage.recent(session, state.clock.now_s())
-        return cluster.nodes(session, name, device_utilization=devices, viewer=caller)[0]
+        return cluster.nodes(session, name, recent_devices=devices, viewer=caller)[0]
 
 
 @api.post("/nodes", tags=["nodes"])

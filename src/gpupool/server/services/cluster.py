@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sqlalchemy import Row, delete, func, insert, select
 from sqlalchemy.orm import Session
@@ -183,10 +184,20 @@ def _device_shares(
     return names, shares
 
 
+class RecentDevice(NamedTuple):
+    """One device over the last five minutes of usage rows (`usage.recent`), as `/nodes` and
+    `/top` show it."""
+
+    utilization_percent: int
+    """Average."""
+    memory_used_mib: int
+    """The peak."""
+
+
 def nodes(
     session: Session,
     name: str | None = None,
-    device_utilization: Mapping[tuple[str, int], int] | None = None,
+    recent_devices: Mapping[tuple[str, int], RecentDevice] | None = None,
     viewer: Principal | None = None,
     allocations: Shares | None = None,
 ) -> list[NodeOut]:
@@ -211,13 +222,14 @@ def nodes(
         ).order_by(DeviceRow.device_index)
     ):
         devices[device.node_id].append(device)
-    utilization = device_utilization or {}
+    recent = recent_devices or {}
     out = []
     for row in rows:
         device_views = []
         for d in devices[row.id]:
             held = per_device.get((row.name, d.device_index), {})
             names, shares = _device_shares(held, viewer)
+            seen = recent.get((row.name, d.device_index))
             device_views.append(
                 DeviceOut(
                     index=d.device_index,
@@ -227,7 +239,8 @@ def nodes(
                     allocated_milli=sum(held.values()),
                     workloads=names,
                     shares=shares,
-                    utilization_percent=utilization.get((row.name, d.device_index)),
+                    utilization_percent=None if seen is None else seen.utilization_percent,
+                    memory_used_mib=None if seen is None else seen.memory_used_mib,
                 )
             )
         out.append(
@@ -255,12 +268,12 @@ def top(
     last_cycle_at: float | None,
     last_cycle_ms: float | None,
     utilized: Mapping[str, int] | None = None,
-    device_utilization: Mapping[tuple[str, int], int] | None = None,
+    recent_devices: Mapping[tuple[str, int], RecentDevice] | None = None,
     viewer: Principal | None = None,
 ) -> TopOut:
     per_device, per_project = _allocations(session)
     node_views = nodes(
-        session, device_utilization=device_utilization, viewer=viewer, allocations=per_device
+        session, recent_devices=recent_devices, viewer=viewer, allocations=per_device
     )
     counts: dict[tuple[str, str], int] = defaultdict(int)
     requested: dict[str, int] = defaultdict(int)
