@@ -73,6 +73,14 @@ NOT_RUN: dict[str, str] = {
         "builds a venv and installs gpupool over the page's own .venv (which holds the test's "
         "gpupool on its own port): .ci/run's first line does the same install (CI)"
     ),
+    # local-executor.md: On a real GPU
+    ".venv/bin/python scripts/gpu_live_check.py --out live.json             # on a GPU machine": (
+        "needs an NVIDIA GPU (exit 2 without one); the line before it on the page runs the same "
+        "steps on a declared device (--fake-gpus)"
+    ),
+    ".venv/bin/python scripts/gpu_live_check.py --mps --out live-mps.json   # the same, with MPS": (
+        "needs an NVIDIA GPU and its MPS daemon; the --fake-gpus line before it runs the steps"
+    ),
     # README: gpupool bench packing
     ".venv/bin/gpupool bench packing --all            # every openb variant x 10 seeds vs the "
     "published FGD (about 40 min)": (
