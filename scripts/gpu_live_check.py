@@ -13,7 +13,7 @@ then, on the machine's first GPU:
    bf16 matrices for `--seconds`. `whole` (`--gpu 1`) waits while they share the device and
    then has all of it; `by-memory` (`--gpu-memory 16G`) gets the share that 16 GiB is of the
    device and the same checks. A task with less than 0.2 of the device also allocates 120% of
-   its share with CuPy, which gpupool does not hook: only MPS's limit can refuse that.
+   its share with CuPy (no start-up hook: `CUPY_GPU_MEMORY_LIMIT`, and MPS's limit, refuse it).
 3. While the two share: `gpupool nodes`, `gpupool top` and NVML's memory per process.
 4. After: `gpupool usage --by workload` (allocated vs utilized, from NVML), every task's report.
 
@@ -73,7 +73,7 @@ if report["cuda"]:
 
     report["allocates_80pct_of_share"] = allocates(share * 0.8)
     report["allocates_120pct_of_share"] = allocates(share * 1.2) if share < 0.8 else None
-    try:  # a framework without gpupool's hook: only MPS's limit can refuse it
+    try:  # a framework without gpupool's hook: CUPY_GPU_MEMORY_LIMIT (and MPS) refuse it
         import cupy
         try:
             block = cupy.empty(int(total * share * 1.2), dtype=cupy.uint8) if share < 0.2 else None
@@ -301,8 +301,8 @@ def run_checks(
             checks[f"{name}: 120% of its share is refused"] = (
                 probe.get("allocates_120pct_of_share") is False
             )
-            if mps and probe.get("cupy_allocates_120pct_of_share") is not None:
-                checks[f"{name}: MPS refuses CuPy beyond the share"] = (
+            if probe.get("cupy_allocates_120pct_of_share") is not None:
+                checks[f"{name}: CuPy beyond the share is refused"] = (
                     probe["cupy_allocates_120pct_of_share"] is False
                 )
             if mps:

@@ -84,7 +84,7 @@ def setup(tmp_path: Path) -> Iterator[Setup]:
 def test_a_task_runs_with_its_devices_and_gpupool_variables(setup: Setup) -> None:
     code = (
         "import os, json; print(json.dumps({k: v for k, v in os.environ.items() "
-        "if k.startswith(('GPUPOOL_', 'CUDA_', 'XLA_', 'TF_'))}))"
+        "if k.startswith(('GPUPOOL_', 'CUDA_', 'XLA_', 'TF_', 'CUPY_'))}))"
     )
     setup.executor.start([_launch("a1", code, devices=(1,), gpu_milli=500, gpu_memory_mib=40960)])
     end = setup.ended("a1")
@@ -94,6 +94,7 @@ def test_a_task_runs_with_its_devices_and_gpupool_variables(setup: Setup) -> Non
     assert env["GPUPOOL_GPU_FRACTION"] == "0.5"
     assert env["GPUPOOL_GPU_MEMORY_LIMIT_MIB"] == "40960"
     assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.500"
+    assert env["CUPY_GPU_MEMORY_LIMIT"] == "50.0%"
     assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
     assert env["GPUPOOL_CHECKPOINT_DIR"].endswith("checkpoints/team-a/w-a1")
 

@@ -49,10 +49,13 @@ _GANG_GPUPOOL_NAMES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def fraction_hints(fraction: float) -> dict[str, str]:
-    """Framework settings that keep a task on part of a device within its part."""
+    """Framework settings that keep a task on part of a device within its part: JAX's and
+    CuPy's are caps (a CuPy task took more than its share without one, on an H200:
+    docs/local-executor.md#on-a-real-gpu), TensorFlow's only stops it taking all at once."""
     return {
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
         "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{fraction:.3f}",
+        "CUPY_GPU_MEMORY_LIMIT": f"{fraction * 100:.1f}%",
         "TF_FORCE_GPU_ALLOW_GROWTH": "true",
     }
 
@@ -108,7 +111,7 @@ def task_environment(
       `MASTER_ADDR` (127.0.0.1: every task runs on this machine), `MASTER_PORT`, and the same
       as `GPUPOOL_RANK`, `GPUPOOL_WORLD_SIZE`, `GPUPOOL_MASTER_ADDR`, `GPUPOOL_MASTER_PORT`.
     - For a fraction: JAX without preallocation and with `XLA_PYTHON_CLIENT_MEM_FRACTION`,
-      TensorFlow with memory growth, a PyTorch start-up hook that applies
+      CuPy's memory pool capped (`CUPY_GPU_MEMORY_LIMIT`), TensorFlow with memory growth, a PyTorch start-up hook that applies
       `set_per_process_memory_fraction`, and with an MPS daemon, its per-client limits.
     """
     env = dict(base)
