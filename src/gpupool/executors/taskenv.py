@@ -111,8 +111,9 @@ def task_environment(
       `MASTER_ADDR` (127.0.0.1: every task runs on this machine), `MASTER_PORT`, and the same
       as `GPUPOOL_RANK`, `GPUPOOL_WORLD_SIZE`, `GPUPOOL_MASTER_ADDR`, `GPUPOOL_MASTER_PORT`.
     - For a fraction: JAX without preallocation and with `XLA_PYTHON_CLIENT_MEM_FRACTION`,
-      CuPy's memory pool capped (`CUPY_GPU_MEMORY_LIMIT`), TensorFlow with memory growth, a PyTorch start-up hook that applies
-      `set_per_process_memory_fraction`, and with an MPS daemon, its per-client limits.
+      CuPy's memory pool capped (`CUPY_GPU_MEMORY_LIMIT`), TensorFlow with memory growth, a
+      PyTorch start-up hook that applies `set_per_process_memory_fraction`, and with an MPS
+      daemon, its per-client limits.
     """
     env = dict(base)
     env.update(dict(launch.env))
