@@ -5,8 +5,11 @@ repr of `run_cycle`'s decisions (in order) and of its pending reasons, on the sy
 of `benchmarks/cycle_bench/workload.build_snapshot`. They were generated from the code before the
 performance work of issue 13 (item 4), and regenerated once since, for an intended change of
 behaviour (2026-11-27: reclaim does not try again, in the same cycle, a shape that needs at least
-what a failed attempt of the project needed, `tests/core/test_reclaim_budget.py`); a speed-up
-that changes one is wrong. Regenerate only for an intended change of behaviour:
+what a failed attempt of the project needed, `tests/core/test_reclaim_budget.py`; and for
+`binpack` only, the same day: a fraction that no shared device takes opens an empty device on
+the first node offered, as whole GPUs do, not the lowest-numbered of 16 candidates,
+`tests/core/test_fraction_on_empty_device.py`); a speed-up that changes one is wrong.
+Regenerate only for an intended change of behaviour:
 
     PYTHONPATH=src python tests/core/test_cycle_decisions_stable.py --write
 """

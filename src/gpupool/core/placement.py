@@ -224,21 +224,53 @@ class Placer:
         devices first, or most for a loose policy; for a fraction, already shared devices
         tightest first, then nodes with an empty device), at most `placement_candidates` of
         each kind, as kube-scheduler scores a bounded share of the feasible nodes; the policy
-        scores each and the lowest score wins, the earlier candidate on a tie."""
+        scores each and the lowest score wins, the lowest-numbered node on a tie. A policy whose
+        order is its score is offered only the first candidate that fits (whole GPUs with
+        `whole_in_offered_order`; with `empty_device_in_offered_order`, an empty device for a
+        fraction that no shared device took)."""
         request = workload.gpu
         policy = self.policy
         if request.kind is _WHOLE:
             if request.amount > self.session.max_gpus_per_node:
                 return None
-            candidates = self._whole_candidates(
+            candidates: list[int] = self._whole_candidates(
                 workload, excluded, request.amount, policy.whole_in_offered_order
             )
+            best = self._best(workload, candidates) if candidates else None
         else:
             if max_milli is not None and request.kind is _FRACTION and request.amount > max_milli:
                 return None
-            candidates = self._shared_candidates(workload, excluded, max_milli)
-        if not candidates:
+            two_steps = policy.empty_device_in_offered_order
+            found = self._shared_candidates(workload, excluded, max_milli, not two_steps)
+            best = self._best(workload, list(found)) if found else None
+            if best is None and two_steps:
+                # no shared device took it: the first node with an empty device that does
+                shared = len(found)
+                self._empty_candidates(workload, excluded, max_milli, found, True)
+                if len(found) > shared:
+                    best = self._best(workload, list(found)[shared:])
+                    if best is None:  # that node refused it after all (its devices' memory)
+                        self._empty_candidates(workload, excluded, max_milli, found, False)
+                        best = self._best(workload, list(found)[shared + 1 :])
+        if best is None:
             return None
+        _, node, devices, shape = best
+        devices = policy.finish(self.capacity, node, shape, devices)
+        device_memory = self.session.nodes[node].gpu_memory_mib
+        return TaskAlloc(
+            task_index,
+            node,
+            devices,
+            shape.gpu_milli,
+            request.memory_mib_on(device_memory) if request.is_shared else device_memory,
+        )
+
+    def _best(
+        self, workload: Workload, candidates: list[int]
+    ) -> tuple[float, int, tuple[int, ...], PodShape] | None:
+        """The candidate the policy scores lowest (with the devices and the shape it scored)."""
+        request = workload.gpu
+        policy = self.policy
         view = self.capacity
         # Ties go to the lowest-numbered node: a fixed priority, so equal scores keep filling the
         # same nodes (as the FGD artifact's ties do; worth 2 points on gpuspec10 for `default`),
@@ -277,18 +309,7 @@ class Placer:
             if shared and not self._memory_fits(workload, node, scored[1]):
                 continue
             best = (scored[0], node, scored[1], shape)
-        if best is None:
-            return None
-        _, node, devices, shape = best
-        devices = policy.finish(view, node, shape, devices)
-        device_memory = self.session.nodes[node].gpu_memory_mib
-        return TaskAlloc(
-            task_index,
-            node,
-            devices,
-            shape.gpu_milli,
-            request.memory_mib_on(device_memory) if request.is_shared else device_memory,
-        )
+        return best
 
     def _shape(self, workload: Workload, node: int) -> PodShape:
         """The task as a policy sees it on `node` (a memory request's share depends on the
@@ -377,10 +398,15 @@ class Placer:
         return found
 
     def _shared_candidates(
-        self, workload: Workload, excluded: int | None, max_milli: int | None
-    ) -> list[int]:
-        """Nodes with an already shared device the task fits on (tightest first), then nodes
-        with an empty device; at most `placement_candidates` of each kind and GPU model."""
+        self,
+        workload: Workload,
+        excluded: int | None,
+        max_milli: int | None,
+        empty: bool = True,
+    ) -> dict[int, None]:
+        """Nodes with an already shared device the task fits on (tightest first), then (with
+        `empty`) nodes with an empty device; at most `placement_candidates` of each kind and
+        GPU model."""
         s = self.session
         request = workload.gpu
         allowed = self._allowed(workload)
@@ -426,6 +452,29 @@ class Placer:
                         break
             if left <= 0:
                 break
+        if empty:
+            self._empty_candidates(workload, excluded, max_milli, found, False)
+        return found
+
+    def _empty_candidates(
+        self,
+        workload: Workload,
+        excluded: int | None,
+        max_milli: int | None,
+        found: dict[int, None],
+        first_only: bool,
+    ) -> None:
+        """Nodes with an empty device the task may use, not in `found`, in the policy's order,
+        added to `found`: the first only, or `placement_candidates` of each GPU model."""
+        s = self.session
+        request = workload.gpu
+        allowed = self._allowed(workload)
+        cpu_free = s.cpu_free
+        memory_free = s.memory_free
+        cpu = workload.cpu_milli
+        memory = workload.memory_mib
+        limit = s.settings.placement_candidates
+        model_of = self._model_of
         taken, left = self._offer(allowed)
         pins = self._pins
         for node in self._nodes_with_empty(1):
@@ -444,6 +493,9 @@ class Placer:
                     continue
             if max_milli is not None and request.milli_on(s.nodes[node].gpu_memory_mib) > max_milli:
                 continue
+            if first_only:
+                found[node] = None
+                break
             model = model_of[node]
             count = taken[model] + 1
             if count > limit:
@@ -454,7 +506,6 @@ class Placer:
                 left -= 1
                 if left <= 0:
                     break
-        return list(found)
 
     # --- what the pending reason can say --------------------------------------------------
 

@@ -235,6 +235,11 @@ class PlacementPolicy:
     loose: ClassVar[bool] = False
     """The scheduling cycle offers a policy the nodes with the fewest empty devices first (it
     scores a bounded number of candidates); a spreading policy wants the emptiest first."""
+    empty_device_in_offered_order: ClassVar[bool] = False
+    """True when the policy puts a fraction on an empty device only if no candidate's shared
+    device takes it, and then scores nodes with an empty device in the order the cycle offers
+    them: the cycle then scores the shared candidates first and, if none takes the fraction,
+    the first node with an empty device that fits, without scanning the others."""
     whole_in_offered_order: ClassVar[bool] = False
     """True when, for whole-GPU pods, the policy's score only follows the order the cycle
     offers nodes in (fewest empty devices first, or most when `loose`): the cycle then takes

@@ -31,6 +31,7 @@ class BinPackPolicy(PlacementPolicy):
     device of the fullest node."""
 
     whole_in_offered_order = True
+    empty_device_in_offered_order = True
 
     @classmethod
     def create(cls, context: PolicyContext) -> Self:
