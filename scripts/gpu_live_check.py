@@ -209,7 +209,7 @@ def check(args: argparse.Namespace) -> int:
             report["server_log_tail"] = (root / "data" / "server.log").read_text(errors="replace")[
                 -3000:
             ]
-            cli.run("down", timeout_s=120)
+            cli.run("down", "--data-dir", str(root / "data"), timeout_s=120)
     report["checks"] = checks
     report["ok"] = all(checks.values())
     text = json.dumps(report, indent=2, default=str)
