@@ -473,6 +473,23 @@ def test_packer_lets_pick_choose_among_ties_of_equal_rank() -> None:
     assert picks == [2]  # only the first placement had two nodes of the best rank
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, -1.0, -2.0, 5.0]), st.integers(0, 5)), min_size=1))
+def test_the_tie_walk_in_priority_order_finds_the_ties_of_the_first_rank(
+    nodes: list[tuple[float, int]],
+) -> None:
+    """`Packer` reads the ties from the nodes in priority order: the same nodes, in the same
+    order, as filtering every node's score, then the lowest rank among the ties."""
+    scores = [score for score, _ in nodes]
+    rank = [r for _, r in nodes]
+    best = min(scores)
+    ties = [i for i, s in enumerate(scores) if s == best]
+    first = min(rank[i] for i in ties)
+    expected = [i for i in ties if rank[i] == first]
+    order = sorted(range(len(nodes)), key=rank.__getitem__)
+    assert Packer._first_rank_ties(scores, best, rank, order) == expected
+
+
 def test_packer_priority_leaves_the_random_policy_random() -> None:
     nodes = [node("a", 1), node("b", 1)]
     picks: list[int] = []

@@ -154,6 +154,14 @@ class Packer:
         self.policy = policy
         self._pick = pick
         self._priority = None if priority is None or policy.random_ties else tuple(priority)
+        self._order = (
+            None
+            if self._priority is None
+            else sorted(range(len(state.nodes)), key=self._priority.__getitem__)
+        )
+        """The nodes by priority rank, then number (`sorted` is stable): the first best-scored
+        node in this order has the lowest rank among the ties, and its rank's other ties follow
+        it. Every pod's tie-break reads a few of them instead of every node's score."""
         self._scores: dict[PodShape, list[float]] = {}
         self._devices: dict[PodShape, list[tuple[int, ...]]] = {}
         self._seen: dict[PodShape, int] = {}
@@ -184,18 +192,40 @@ class Packer:
         self._seen[shape] = len(changes)
         return scores, devices
 
+    @staticmethod
+    def _first_rank_ties(
+        scores: list[float], best: float, rank: Sequence[int], order: Sequence[int]
+    ) -> list[int]:
+        """The nodes scored `best` of the lowest rank any of them has, by number."""
+        walk = iter(order)
+        for node in walk:
+            if scores[node] == best:
+                break
+        first = rank[node]
+        ties = [node]
+        for node in walk:
+            if rank[node] != first:
+                break
+            if scores[node] == best:
+                ties.append(node)
+        return ties
+
     def place(self, shape: PodShape) -> PackPlacement | None:
         """Place `shape` (and record it in the state), or None when no node can take it."""
         scores, devices = self._refresh(shape)
         best = min(scores, default=math.inf)
         if best == math.inf:
             return None
-        ties = [i for i, s in enumerate(scores) if s == best]
-        if len(ties) > 1 and self._priority is not None:
-            rank = self._priority
-            first = min(rank[i] for i in ties)
-            ties = [i for i in ties if rank[i] == first]
-        node = ties[0] if len(ties) == 1 else ties[self._pick(len(ties))]
+        # The ties (in node order) of the lowest priority rank among them, without a Python loop
+        # over every node's score: a third of an FGD run went to that.
+        if scores.count(best) == 1:
+            node = scores.index(best)
+        else:
+            if self._priority is None or self._order is None:
+                ties = [i for i, s in enumerate(scores) if s == best]
+            else:
+                ties = self._first_rank_ties(scores, best, self._priority, self._order)
+            node = ties[0] if len(ties) == 1 else ties[self._pick(len(ties))]
         placement = PackPlacement(node, self.policy.finish(self.state, node, shape, devices[node]))
         self.state.assign(node, placement.devices, shape)
         return placement
