@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
 
 from gpupool.executors.gpus.declared import DeclaredBackend
-from gpupool.executors.gpus.devices import GpuBackend, GpuUnavailable
+from gpupool.executors.gpus.devices import GpuBackend, GpuUnavailable, backend_report
 from gpupool.executors.gpus.nvml import NvmlBackend
 
 
@@ -29,13 +28,7 @@ def main() -> int:
         print(f"gpu_check: no NVIDIA GPU usable here: {error.reason}", file=sys.stderr)
         return 2
     try:
-        report = {
-            "backend": backend.name,
-            "devices": [asdict(d) for d in backend.devices()],
-            "sample": [asdict(s) for s in backend.sample()],
-            "process_memory": [asdict(p) for p in backend.process_memory()],
-            "mps_active": backend.mps_active(),
-        }
+        report = backend_report(backend)
     finally:
         backend.close()
     print(json.dumps(report, indent=2))

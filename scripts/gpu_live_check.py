@@ -32,11 +32,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from gpupool.executors.gpus.devices import GpuUnavailable
+from gpupool.executors.gpus.devices import GpuUnavailable, backend_report
 from gpupool.executors.gpus.nvml import NvmlBackend
 
 PROBE = r"""
@@ -133,12 +132,7 @@ class Cli:
 def nvml_report() -> dict[str, Any]:
     backend = NvmlBackend.open()
     try:
-        return {
-            "devices": [asdict(d) for d in backend.devices()],
-            "sample": [asdict(s) for s in backend.sample()],
-            "process_memory": [asdict(p) for p in backend.process_memory()],
-            "mps_active": backend.mps_active(),
-        }
+        return backend_report(backend)
     finally:
         backend.close()
 

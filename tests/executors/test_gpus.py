@@ -27,6 +27,7 @@ from gpupool.executors.gpus.devices import (
     GpuDevice,
     GpuUnavailable,
     ProcessGpuMemory,
+    backend_report,
 )
 from gpupool.executors.gpus.nvml import NvmlBackend, mps_active
 
@@ -89,6 +90,18 @@ def test_declared_device_as_device_info() -> None:
     assert device.as_device_info() == DeviceInfo(
         index=0, memory_mib=24576, model="RTX4090", uuid="GPU-declared-0"
     )
+
+
+def test_backend_report_is_plain_data_the_check_scripts_print(tmp_path: Path) -> None:
+    backend = DeclaredBackend("1x24G:RTX4090", tmp_path)
+    report = backend_report(backend)
+    assert json.loads(json.dumps(report)) == report
+    assert report["backend"] == "declared"
+    assert report["devices"] == [
+        {"index": 0, "uuid": "GPU-declared-0", "model": "RTX4090", "memory_mib": 24576}
+    ]
+    assert report["process_memory"] == []
+    assert isinstance(report["mps_active"], bool)
 
 
 # --- declared usage ---------------------------------------------------------------------------

@@ -3,12 +3,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Protocol
 
 from gpupool.executors.base import DeviceInfo
 
-__all__ = ["DeviceSample", "GpuBackend", "GpuDevice", "GpuUnavailable", "ProcessGpuMemory"]
+__all__ = [
+    "DeviceSample",
+    "GpuBackend",
+    "GpuDevice",
+    "GpuUnavailable",
+    "ProcessGpuMemory",
+    "backend_report",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,3 +81,15 @@ class GpuUnavailable(Exception):  # noqa: N818 - the name says it all
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def backend_report(backend: GpuBackend) -> dict[str, object]:
+    """What `backend` answers, as plain data (devices, one sample, memory per process, MPS):
+    the GPU check scripts print it."""
+    return {
+        "backend": backend.name,
+        "devices": [asdict(d) for d in backend.devices()],
+        "sample": [asdict(s) for s in backend.sample()],
+        "process_memory": [asdict(p) for p in backend.process_memory()],
+        "mps_active": backend.mps_active(),
+    }
