@@ -11,8 +11,9 @@ benchmark and tasks in production.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, Self
 
@@ -165,6 +166,26 @@ def sorted_free(devices_free_milli: Sequence[int]) -> tuple[list[int], list[int]
     return free, [0, *itertools.accumulate(free)]
 
 
+MeasureKey = tuple[str | None, int, int, tuple[int, ...]]
+"""A node's state as a memoized measure reads it: GPU model, free CPU and memory (amounts, or
+how many of the target shapes' needs they cover), free milli-GPU per device in ascending order."""
+
+MEMO_MAX_ENTRIES = 200_000
+"""A shared measure memo (`shared_memo`) is emptied when it holds this many values (some 50 MB),
+so that a long-running server's cannot grow without end."""
+
+
+@functools.lru_cache(maxsize=4)
+def shared_memo(*key: Hashable) -> dict[MeasureKey, float]:
+    """The memo of one node measure, shared by every policy built with the same `key` (the
+    measure's name and what it depends on besides the node: the target workload's rows, its
+    settings). A measure is a pure function of node state and key, so a policy built later
+    starts with what earlier ones computed: the scheduling cycle builds its policy every cycle,
+    the packing benchmark one per run, and most node states recur. Its user empties it at
+    `MEMO_MAX_ENTRIES`."""
+    return {}
+
+
 def affinity_tag(shape: PodShape) -> int:
     """GPU clustering's class of a pod, after Gandiva's job-size affinity: the number of whole
     devices it takes, or 0 for every pod that shares a device."""
@@ -259,12 +280,25 @@ class PlacementPolicy:
         return devices
 
     def evaluate(self, state: Capacity, node: int, shape: PodShape) -> Scored | None:
-        if not fits_host(state, node, shape):
-            return None
-        if shape.gpu_count and len(devices_with_room(state, node, shape.gpu_milli)) < (
-            shape.gpu_count
+        """`score` where the pod fits (`fits_host` and enough `devices_with_room`), else None.
+        Both checks are written out here: this runs for every node scored."""
+        spec = state.nodes[node]
+        count = shape.gpu_count
+        if (
+            state.cpu_free[node] < shape.cpu_milli
+            or state.memory_free[node] < shape.memory_mib
+            or spec.gpu_count < count
+            or (shape.gpu_models and spec.gpu_model not in shape.gpu_models)
         ):
             return None
+        if count:
+            need = shape.gpu_milli
+            free = state.device_free[node]
+            if count == 1:
+                if max(free) < need:
+                    return None
+            elif len([room for room in free if room >= need]) < count:
+                return None
         return self.score(state, node, shape)
 
 

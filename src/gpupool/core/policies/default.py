@@ -10,7 +10,13 @@ from typing import Self
 
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.core.policies import register
-from gpupool.core.policies.base import PolicyContext, TypicalShape, rows_fragmentation_milli
+from gpupool.core.policies.base import (
+    MEMO_MAX_ENTRIES,
+    PolicyContext,
+    TypicalShape,
+    rows_fragmentation_milli,
+    shared_memo,
+)
 from gpupool.core.policies.fgd import FgdPolicy
 
 DEFAULT_STRANDING_WEIGHT = 4.0
@@ -129,6 +135,8 @@ class DefaultPolicy(FgdPolicy):
       the 470 or 460 that is sure to come.
     """
 
+    measure_name = "default"
+
     @classmethod
     def create(cls, context: PolicyContext) -> Self:
         return cls(context.typical)
@@ -145,7 +153,7 @@ class DefaultPolicy(FgdPolicy):
         gpu = sum(t.weight * t.shape.total_gpu_milli for t in typical) or 1.0
         self._cpu_per_gpu = sum(t.weight * t.shape.cpu_milli for t in typical) / gpu
         self._memory_per_gpu = sum(t.weight * t.shape.memory_mib for t in typical) / gpu
-        self._exact: dict[tuple[str | None, int, int, tuple[int, ...]], float] = {}
+        self._exact = shared_memo("default-exact", self._rows, stranding_weight)
         """The whole measure by the node's exact free CPU and memory (the stranding term reads
         them as amounts); `_memo` keeps the shapes' part by the cuts (`FgdPolicy`)."""
 
@@ -153,7 +161,8 @@ class DefaultPolicy(FgdPolicy):
         self, model: str | None, cpu_free: int, memory_free: int, free_sorted: tuple[int, ...]
     ) -> float:
         exact = (model, cpu_free, memory_free, free_sorted)
-        value = self._exact.get(exact)
+        memo = self._exact
+        value = memo.get(exact)
         if value is None:
             key = (
                 model,
@@ -161,11 +170,15 @@ class DefaultPolicy(FgdPolicy):
                 bisect.bisect_right(self._memory_cuts, memory_free),
                 free_sorted,
             )
-            value = self._memo.get(key)
-            if value is None:
-                value = self._memo[key] = rows_fragmentation_milli(
+            shapes_part = self._memo.get(key)
+            if shapes_part is None:
+                shapes_part = rows_fragmentation_milli(
                     model, cpu_free, free_sorted, self._rows, memory_free
                 )
+                if len(self._memo) >= MEMO_MAX_ENTRIES:
+                    self._memo.clear()
+                self._memo[key] = shapes_part
+            value = shapes_part
             if self._stranding_weight:
                 free_gpu = sum(free_sorted)
                 usable = min(
@@ -174,7 +187,9 @@ class DefaultPolicy(FgdPolicy):
                     memory_free / self._memory_per_gpu if self._memory_per_gpu else free_gpu,
                 )
                 value += self._stranding_weight * (free_gpu - usable)
-            self._exact[exact] = value
+            if len(memo) >= MEMO_MAX_ENTRIES:
+                memo.clear()
+            memo[exact] = value
         return value
 
     def _device_rank(self, free_milli: int, share_milli: int) -> int:

@@ -8,12 +8,13 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterable, Sequence
-from typing import Self
+from typing import ClassVar, Self
 
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.core.policies import register
 from gpupool.core.policies.base import (
     MAX_NODE_SCORE,
+    MEMO_MAX_ENTRIES,
     Capacity,
     PlacementPolicy,
     PodShape,
@@ -22,6 +23,7 @@ from gpupool.core.policies.base import (
     ShapeRow,
     TypicalShape,
     shape_rows,
+    shared_memo,
     sorted_free,
 )
 
@@ -171,6 +173,10 @@ class FgdPolicy(PlacementPolicy):
     does not fit (off in the artifact).
     """
 
+    measure_name: ClassVar[str] = "fgd"
+    """Names the measure `_measure` memoizes (`shared_memo`): a subclass measuring otherwise
+    names its own."""
+
     @classmethod
     def create(cls, context: PolicyContext) -> Self:
         return cls(context.typical)
@@ -179,7 +185,7 @@ class FgdPolicy(PlacementPolicy):
         self._typical = tuple(typical)
         self._rows = shape_rows(self._typical)
         self._count_memory = count_memory
-        self._memo: dict[tuple[str | None, int, int, tuple[int, ...]], float] = {}
+        self._memo = shared_memo(self.measure_name, self._rows, count_memory)
         self._cpu_cuts = sorted({row[3] for row in self._rows})
         self._memory_cuts = sorted({row[4] for row in self._rows})
         """The shapes' CPU and memory per pod, ascending: the measure reads a node's free CPU
@@ -204,10 +210,13 @@ class FgdPolicy(PlacementPolicy):
             -1 if memory is None else bisect.bisect_right(self._memory_cuts, memory),
             free_sorted,
         )
-        value = self._memo.get(key)
+        memo = self._memo
+        value = memo.get(key)
         if value is None:
             value = rows_fgd_fragmentation_milli(model, cpu_free, free_sorted, self._rows, memory)
-            self._memo[key] = value
+            if len(memo) >= MEMO_MAX_ENTRIES:
+                memo.clear()
+            memo[key] = value
         return value
 
     def score(self, state: Capacity, node: int, shape: PodShape) -> Scored | None:
