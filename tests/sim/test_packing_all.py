@@ -93,6 +93,21 @@ def test_the_bound_job_is_run_offline_at_100(data: Path) -> None:
         assert run.alloc_at == run_packing(nodes, pods, PolicyName.FGD, seed, 1.3).alloc_at
 
 
+def test_a_default_job_with_the_bound_gives_what_the_two_jobs_give(data: Path) -> None:
+    nodes_file, pods_file = data / GPU_NODE_LIST_FILE, data / pod_list_name("default")
+    for seed in (1, 2, 3):
+        both = run_job(PackingJob("default", nodes_file, pods_file, "default", seed, 1.3, True))
+        bound = run_job(PackingJob("default", nodes_file, pods_file, None, seed, 1.3))
+        alone = run_job(PackingJob("default", nodes_file, pods_file, "default", seed, 1.3))
+        assert both.offline is not None and both.offline == bound.offline
+        assert both.run is not None and alone.run is not None and alone.offline is None
+        assert replace(both.run, seconds=0.0) == replace(alone.run, seconds=0.0)
+    assert both.job.label == "default seed 3 default+offline"
+    assert both.job.weight > alone.job.weight
+    with pytest.raises(ValueError, match="only the default policy's job computes the bound"):
+        PackingJob("default", nodes_file, pods_file, PolicyName.FGD, 1, 1.3, bound=True)
+
+
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_cli_all_writes_the_table_json_and_png(
     data: Path, published: Path, tmp_path: Path, jobs: str
@@ -117,7 +132,8 @@ def test_cli_all_writes_the_table_json_and_png(
     document = json.loads((out / "results.json").read_text())
     assert document["seeds"] == [42]
     assert document["command"].startswith("gpupool bench packing --all --variants default,tiny2")
-    assert set(document["cpu_s_per_run"]) == {"fgd", "default", "default@16", "offline"}
+    # the default policy's jobs compute the bound alongside (their run is its arrival order)
+    assert set(document["cpu_s_per_run"]) == {"fgd", "default+offline", "default@16"}
     assert document["policies"] == ["fgd", "default", "default@16"]
     assert set(document["variants"]) == {"default", "tiny2"}
     default = document["variants"]["default"]
@@ -154,6 +170,27 @@ def test_cli_all_json_without_published_curves(data: Path, tmp_path: Path) -> No
     assert list(variant["policies"]) == ["best-fit"]
     assert variant["offline_alloc_at"] is None
     assert document["offline_bound_at"] is None
+
+
+def test_cli_all_runs_the_bound_alone_without_the_default_policy(
+    data: Path, tmp_path: Path
+) -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            *("bench", "packing", "--all", "--data", str(data), "--variants", "default"),
+            *("--seeds", "1,2", "--policy", "best-fit", "--jobs", "1"),
+            *("--out", str(tmp_path / "out"), "--json"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert set(document["cpu_s_per_run"]) == {"best-fit", "offline"}
+    nodes_file, pods_file = data / GPU_NODE_LIST_FILE, data / pod_list_name("default")
+    nodes, pods = pack_nodes(load_nodes(nodes_file)), load_pods(pods_file)
+    bound = [run_offline(nodes, pods, seed, 1.3)[100] for seed in (1, 2)]
+    offline = document["variants"]["default"]["offline_alloc_at"]["100"]
+    assert offline == pytest.approx(sum(bound) / 2)
 
 
 @pytest.mark.parametrize(

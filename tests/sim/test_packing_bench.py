@@ -4,6 +4,7 @@ on small hand-made traces."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,25 @@ def test_offline_reference_is_feasible(trace: tuple[Path, Path]) -> None:
         assert value <= min(100.0, online.arrived_pct[-1]) + 1e-9
         # the arrival order is one of the orders it tries, so it is never below our default
         assert value >= online.alloc_at[point] - 1e-9
+
+
+def test_offline_reference_takes_the_arrival_order_from_the_online_default_run(
+    trace: tuple[Path, Path],
+) -> None:
+    nodes = pack_nodes(load_nodes(trace[0]))
+    pods = load_pods(trace[1])
+    for seed in (1, 2, 3, 4):
+        online = run_packing(nodes, pods, PolicyName.DEFAULT, seed=seed, inflation=1.3)
+        packed = run_offline(nodes, pods, seed, 1.3)
+        assert run_offline(nodes, pods, seed, 1.3, online=online) == packed
+    # the run's allocation is what stands for that order (not packed again)
+    full = replace(online, allocated_pct=tuple(100.0 for _ in online.allocated_pct))
+    assert set(run_offline(nodes, pods, 4, 1.3, online=full).values()) == {100.0}
+    fgd = run_packing(nodes, pods, PolicyName.FGD, seed=4, inflation=1.3)
+    with pytest.raises(ValueError, match="not the default policy's run"):
+        run_offline(nodes, pods, 4, 1.3, online=fgd)
+    with pytest.raises(ValueError, match="with seed 3"):
+        run_offline(nodes, pods, 3, 1.3, online=online)
 
 
 def test_cli_json(trace: tuple[Path, Path]) -> None:

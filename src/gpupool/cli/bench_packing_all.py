@@ -22,6 +22,7 @@ from rich.table import Table
 
 from gpupool.cli.bench import DEFAULT_INFLATION
 from gpupool.cli.terminal import output_console
+from gpupool.core.packing import PolicyName
 from gpupool.sim.fgd_refs import (
     ALLOC_FILE,
     VARIANTS,
@@ -40,7 +41,6 @@ from gpupool.sim.openb import (
 from gpupool.sim.packing import pack_nodes
 from gpupool.sim.packing_report import (
     BOUND_AT,
-    JOB_WEIGHT,
     OFFLINE,
     JobResult,
     PackingJob,
@@ -95,9 +95,20 @@ def packing_all(
             if not pod_list.is_file():
                 fail(f"no pod list for variant {variant!r}: {pod_list} is missing")
             load_pods(pod_list)  # a malformed or missing file fails here, not in a worker
+            # the default policy's jobs compute the bound too when both are asked for: their
+            # online run is the bound's arrival order
+            alongside = offline and PolicyName.DEFAULT in policies
             jobs_list += [
-                PackingJob(variant, node_list, pod_list, p, seed, inflation)
-                for p in ([None] if offline else []) + list(policies)
+                PackingJob(
+                    variant,
+                    node_list,
+                    pod_list,
+                    p,
+                    seed,
+                    inflation,
+                    bound=alongside and p == PolicyName.DEFAULT,
+                )
+                for p in ([None] if offline and not alongside else []) + list(policies)
                 for seed in seed_list
             ]
     except (TraceError, OSError) as error:
@@ -185,11 +196,19 @@ def _shown(path: Path) -> str:
 def _run_jobs(
     jobs_list: list[PackingJob], workers: int, console: Console, quiet: bool
 ) -> list[JobResult]:
-    """Run the jobs on `workers` processes (in this one for 1), longest first; a progress bar
-    with the running jobs and an ETA (weighted by each job's expected cost) on a terminal.
-    Results come back in the order of `jobs_list`."""
-    order = sorted(range(len(jobs_list)), key=lambda i: -JOB_WEIGHT.get(jobs_list[i].policy, 1.0))
-    total = sum(JOB_WEIGHT.get(j.policy, 1.0) for j in jobs_list)
+    """Run the jobs on `workers` processes (in this one for 1), a variant's jobs together and
+    the longest of them first; a progress bar with the running jobs and an ETA (weighted by each
+    job's expected cost) on a terminal. Results come back in the order of `jobs_list`.
+
+    A variant's runs follow each other because a worker's policies keep their measures' memos
+    for the next run on the same target workload (`shared_memo`, a few at a time): most node
+    states recur from seed to seed."""
+    variants = {name: rank for rank, name in enumerate(dict.fromkeys(j.variant for j in jobs_list))}
+    order = sorted(
+        range(len(jobs_list)),
+        key=lambda i: (variants[jobs_list[i].variant], -jobs_list[i].weight),
+    )
+    total = sum(j.weight for j in jobs_list)
     results: dict[int, JobResult] = {}
     progress = Progress(
         TextColumn("{task.description}"),
@@ -208,9 +227,7 @@ def _run_jobs(
             for i in order:
                 progress.update(task, description=jobs_list[i].label)
                 results[i] = run_job(jobs_list[i])
-                progress.update(
-                    task, advance=JOB_WEIGHT.get(jobs_list[i].policy, 1.0), done=len(results)
-                )
+                progress.update(task, advance=jobs_list[i].weight, done=len(results))
         return [results[i] for i in range(len(jobs_list))]
     # Every job is submitted (and, with fork, every worker started) before the progress bar's
     # thread runs: forking a process with threads is unsafe.
@@ -232,7 +249,7 @@ def _run_jobs(
                         results[i] = future.result()
                         progress.update(
                             task,
-                            advance=JOB_WEIGHT.get(jobs_list[i].policy, 1.0),
+                            advance=jobs_list[i].weight,
                             done=len(results),
                         )
                     pending = [f for f in pending if f not in done]
@@ -254,7 +271,8 @@ def _meta(
 ) -> dict[str, object]:
     cpu: dict[str, list[float]] = {}
     for r in results:
-        cpu.setdefault(str(r.job.policy or OFFLINE), []).append(r.cpu_s)
+        name = r.job.policy or OFFLINE
+        cpu.setdefault(f"{name}+{OFFLINE}" if r.job.bound else str(name), []).append(r.cpu_s)
     return {
         "date": datetime.date.today().isoformat(),
         "machine": _machine(),

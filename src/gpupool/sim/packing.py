@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.core.packing import (
+    FgdPolicy,
     Packer,
     PackingState,
     PackNode,
@@ -35,7 +36,6 @@ from gpupool.core.packing import (
     PolicyName,
     TypicalShape,
     artifact_typical_shapes,
-    fgd_fragmentation_milli,
     make_policy,
     node_fragmentation_milli,
     typical_shapes,
@@ -287,15 +287,11 @@ def run_packing(
         packer = CyclePacker(nodes, policy, typical, candidates)
     capacity = state.capacity_gpu_milli
     gpus = capacity // MILLI_PER_GPU
-    memo: dict[tuple[str | None, int, tuple[int, ...]], float] = {}
+    # FGD's own measure and memo (shared with an `fgd` run's policy and the next runs')
+    measure = FgdPolicy(measured).fragmentation
 
     def node_fragment(i: int) -> float:
-        key = (state.nodes[i].gpu_model, state.cpu_free[i], tuple(sorted(state.device_free[i])))
-        value = memo.get(key)
-        if value is None:
-            value = fgd_fragmentation_milli(key[0], key[1], key[2], measured)
-            memo[key] = value
-        return value
+        return measure(state.nodes[i].gpu_model, state.cpu_free[i], 0, state.device_free[i])
 
     fragments = [node_fragment(i) for i in range(len(state.nodes))]
     fragmented = sum(fragments)
@@ -363,6 +359,7 @@ def run_offline(
     seed: int,
     inflation: float = 1.3,
     points: Sequence[int] = CHECKPOINTS_PCT,
+    online: PackingRun | None = None,
 ) -> dict[int, float]:
     """Allocated GPU % at each checkpoint when the pods that had arrived by then are packed
     knowing them all: the best of `OFFLINE_ORDERS`, each placed with our default policy and the
@@ -372,7 +369,8 @@ def run_offline(
     last of them), so the arrival order, one of the orders tried, reproduces the online default
     run and the reference is never below its `alloc_at`. A feasible packing, so a lower bound on
     the optimum; min(arrived, 100) bounds it above. Only the checkpoints in `points` are
-    packed for.
+    packed for. `online`, the default policy's `run_packing` of the same pods, seed and
+    inflation, gives the arrival order's packing (it is that packing) instead of a repeat.
     """
     typical = target_workload(pods, PolicyName.DEFAULT)
     capacity = sum(n.gpu_count for n in nodes) * MILLI_PER_GPU
@@ -382,17 +380,30 @@ def run_offline(
     for shape in stream:
         asked += shape.total_gpu_milli
         arrived_milli.append(asked)
+    if online is not None and (
+        online.policy != PolicyName.DEFAULT or online.seed != seed or online.pods != len(stream)
+    ):
+        raise ValueError(
+            f"the online run given ({online.policy}, seed {online.seed}, {online.pods} pods) "
+            f"is not the default policy's run of these pods with seed {seed} "
+            f"({len(stream)} pods at inflation {inflation:g}); give that one or none"
+        )
     levels = _Levels(arrived_milli, capacity // MILLI_PER_GPU)
     priority = node_priority(len(nodes), seed)
     result: dict[int, float] = {}
+    # one policy for every packing: its measure's memo carries over
+    policy = make_policy(PolicyName.DEFAULT, nodes, typical, _first)
     for point in points:
         if point > inflation * 100 + 1e-9:
             continue
-        prefix = stream[: max(levels.rows(point)) + 1]
+        last = max(levels.rows(point))
+        prefix = stream[: last + 1]
         best = 0.0
         for order in OFFLINE_ORDERS.values():
+            if order is None and online is not None:
+                best = max(best, online.allocated_pct[last])
+                continue
             state = PackingState(nodes)
-            policy = make_policy(PolicyName.DEFAULT, nodes, typical, _first)
             packer = Packer(state, policy, _first, priority)
             for shape in prefix if order is None else sorted(prefix, key=order):
                 packer.place(shape)
