@@ -43,6 +43,7 @@ from cycle_bench.measure import CLOCKS, GC_MODES, SizeResult, core_build, load_r
 from cycle_bench.report import FILE_WIDTH, render, steps, targets
 
 from gpupool.cli.terminal import output_console
+from gpupool.core.policies import canonical_name
 
 __all__ = ["SizeResult", "core_build", "main", "measure", "steps", "targets"]
 
@@ -100,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    try:
+        canonical_name(args.placement)
+    except ValueError as error:  # one policy per run: say which names there are
+        parser.error(f"--placement: {error}")
 
     try:
         run_cycle = load_run_cycle()

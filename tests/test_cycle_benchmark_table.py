@@ -99,3 +99,12 @@ def test_the_title_says_whether_the_core_is_compiled(
     monkeypatch.setenv("COLUMNS", "60")
     assert cycle.main(["--nodes", "3", "--repeat", "1"]) == 0
     assert "core pure Python)" in capsys.readouterr().out
+
+
+def test_an_unknown_placement_is_refused_with_the_names(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cycle.main(["--nodes", "3", "--placement", "binpack,default"])
+    assert exit_info.value.code == 2
+    error = " ".join(capsys.readouterr().err.split())
+    assert "--placement: no placement policy is called 'binpack,default'" in error
+    assert "binpack, default" in error
