@@ -83,8 +83,8 @@ NOT_RUN: dict[str, str] = {
     ),
     # README: gpupool bench packing
     ".venv/bin/gpupool bench packing --all            # every openb variant x 10 seeds vs the "
-    "published FGD (about 18 min)": (
-        "about 18 min on 2 cores; tests/sim/test_packing_all.py::"
+    "published FGD (about 13 min)": (
+        "about 13 min on 2 cores; tests/sim/test_packing_all.py::"
         "test_cli_all_writes_the_table_json_and_png runs --all on a tiny trace"
     ),
     # README: Run on Kubernetes
