@@ -41,7 +41,6 @@ from gpupool.sim.openb import (
 from gpupool.sim.packing import pack_nodes
 from gpupool.sim.packing_report import (
     BOUND_AT,
-    OFFLINE,
     JobResult,
     PackingJob,
     VariantResult,
@@ -271,8 +270,7 @@ def _meta(
 ) -> dict[str, object]:
     cpu: dict[str, list[float]] = {}
     for r in results:
-        name = r.job.policy or OFFLINE
-        cpu.setdefault(f"{name}+{OFFLINE}" if r.job.bound else str(name), []).append(r.cpu_s)
+        cpu.setdefault(r.job.kind, []).append(r.cpu_s)
     return {
         "date": datetime.date.today().isoformat(),
         "machine": _machine(),

@@ -42,9 +42,14 @@ class PackingJob:
             )
 
     @property
+    def kind(self) -> str:
+        """What the job runs: a policy, `offline`, or `default+offline`."""
+        name = str(self.policy or OFFLINE)
+        return f"{name}+{OFFLINE}" if self.bound else name
+
+    @property
     def label(self) -> str:
-        name = self.policy or OFFLINE
-        return f"{self.variant} seed {self.seed} {name}{'+' + OFFLINE if self.bound else ''}"
+        return f"{self.variant} seed {self.seed} {self.kind}"
 
     @property
     def weight(self) -> float:
