@@ -68,6 +68,21 @@ class Ask(NamedTuple):
 
 _NOTHING = Ask(0, 0, 0)
 
+
+def gang_to_start(work: WorkRecord) -> int:
+    """How many tasks of `work` must start together now (0 once anything of it is placed):
+    `len(CycleContext.tasks_to_start(work)[0])`, without building the lists. A function, not
+    a method: consolidate, reclaim and preempt ask it of every pending workload."""
+    if work.allocs:
+        return 0
+    spec = work.spec
+    tasks = spec.tasks
+    gang = spec.min_available
+    if gang is None:  # the common case, without building a range
+        return tasks if tasks > 0 else 0
+    return len(range(tasks)[:gang])
+
+
 LimitLevel = tuple[int, tuple[tuple[int, int], ...]]
 """A project-tree level with a limit: (project, ((resource, cap), ...)) for the capped ones."""
 QuotaCheck = tuple[int, int, int]
@@ -147,14 +162,6 @@ class CycleContext:
             spec.cpu_milli * task_count,
             spec.memory_mib * task_count,
         )
-
-    def gang_to_start(self, work: WorkRecord) -> int:
-        """`len(self.tasks_to_start(work)[0])`, without building the lists."""
-        if work.allocs:
-            return 0
-        spec = work.spec
-        gang = spec.tasks if spec.min_available is None else spec.min_available
-        return len(range(spec.tasks)[:gang])
 
     def tasks_to_start(self, work: WorkRecord) -> tuple[list[int], list[int]]:
         """(gang tasks that must start together, elastic extras that start when they fit)."""

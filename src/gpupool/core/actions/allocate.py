@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import operator
+from typing import cast
 
 from gpupool.core.context import GPU, CycleContext
 from gpupool.core.model import GpuRequestKind
@@ -25,6 +26,10 @@ _PENDING = WorkState.PENDING
 _RUNNING = WorkState.RUNNING
 
 ShapeKey = tuple[object, ...]
+
+_FITS = "fits in idle capacity"
+_ONE_TASK = [0]
+"""The gang of a one-task workload, for the pending reason (read, never changed)."""
 
 
 def shape_key(work: WorkRecord, gang_size: int) -> ShapeKey:
@@ -106,6 +111,8 @@ def allocate(ctx: CycleContext) -> None:
     whole = _WHOLE
     fraction = _FRACTION
     shape_keys = ctx.shape_keys
+    find = ctx.placer.find
+    add_alloc = ctx.session._add_alloc
     while heap:
         _, name, project = heap[0]
         queue = queues[project]
@@ -113,6 +120,8 @@ def allocate(ctx: CycleContext) -> None:
         end = len(queue)
         answered = False
         """Whether the project's queue ended in work answered from the failed shapes."""
+        single = False
+        """Whether the loop stopped at a one-task workload of the common case, not answered."""
         while True:
             # The project's queue in a row for as long as its work is answered from the failed
             # shapes: nothing changes then, so its share ratio neither, and it stays first.
@@ -146,6 +155,7 @@ def allocate(ctx: CycleContext) -> None:
                 key = (*key, project)
             cached = failed.get(key)
             if cached is None:
+                single = tasks == 1 and kind is not memory
                 break
             reasons[work.index] = cached
             if not more:
@@ -155,7 +165,20 @@ def allocate(ctx: CycleContext) -> None:
         if answered:
             heapq.heappop(heap)
             continue
-        try_allocate(ctx, work, failed)
+        if single:
+            # `try_allocate` for the common case, whose checks the loop above has made: one
+            # task, nothing placed, no policy that could hold it back, an exact GPU charge
+            # (no headroom to pass, nothing to check after placing), a shape not failed yet.
+            # A single placement needs no statement: it is the only change, made or not.
+            alloc = find(spec, 0, None, None)
+            if alloc is None:
+                reason = ctx.capacity_reason(work, _ONE_TASK)
+                reasons[work.index] = failed[cast(ShapeKey, key)] = reason  # set when `single`
+            else:
+                add_alloc(work, alloc)
+                ctx.mark_started(work, _FITS)
+        else:
+            try_allocate(ctx, work, failed)
         if more:
             record = projects[project]  # `share_ratio(ctx, project)`, inline
             share = record.fair_share[GPU]
@@ -196,7 +219,7 @@ def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[ShapeKey, str
         ctx.reasons[work.index] = reason
         return False
     statement.commit()
-    ctx.mark_started(work, "fits in idle capacity")
+    ctx.mark_started(work, _FITS)
     if extras:
         ctx.place_extras(work, extras)
     return True

@@ -22,7 +22,7 @@ moves per attempt, a few candidate places per task.
 from __future__ import annotations
 
 from gpupool.core.actions.victims import can_be_victim, fits_back, victim_order
-from gpupool.core.context import CycleContext
+from gpupool.core.context import CycleContext, gang_to_start
 from gpupool.core.decisions import Move, MoveCause
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind
 from gpupool.core.session import Statement, TaskAlloc, WorkRecord, WorkState
@@ -51,11 +51,14 @@ def consolidate(ctx: CycleContext) -> None:
     if budget <= 0:
         return
     movers: Movers | None = None
+    idle_gpu_milli = session.idle_gpu_milli
+    """Changes only with an attempt (read again after each): most of a long queue stops at the
+    comparison with it."""
     for work in [w for w in session.works if w.state is _PENDING]:
         if budget <= 0:
             return
-        gang_size = ctx.gang_to_start(work)
-        if not gang_size or work.task_gpu_milli * gang_size > session.idle_gpu_milli:
+        gang_size = gang_to_start(work)
+        if not gang_size or work.task_gpu_milli * gang_size > idle_gpu_milli:
             continue
         if ctx.policy_problem(work, gang_size) is not None:
             continue
@@ -75,6 +78,7 @@ def consolidate(ctx: CycleContext) -> None:
             ctx.place_extras(work, extras)
         else:
             statement.rollback()
+        idle_gpu_milli = session.idle_gpu_milli
 
 
 class Movers:

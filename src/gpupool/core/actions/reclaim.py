@@ -44,7 +44,7 @@ from gpupool.core.actions.victims import (
     evict_to_place,
     victim_units,
 )
-from gpupool.core.context import GPU, CycleContext, format_gpu
+from gpupool.core.context import GPU, CycleContext, format_gpu, gang_to_start
 from gpupool.core.decisions import EvictionCause
 from gpupool.core.session import ProjectRecord, WorkRecord, WorkState
 
@@ -84,19 +84,6 @@ def _pending_in_order(ctx: CycleContext) -> list[WorkRecord]:
     return pending
 
 
-def _gang_to_start(work: WorkRecord) -> int:
-    """`CycleContext.gang_to_start`, without the method lookup: reclaim and preempt ask it of
-    every pending workload."""
-    if work.allocs:
-        return 0
-    spec = work.spec
-    tasks = spec.tasks
-    gang = spec.min_available
-    if gang is None:  # the common case, without building a range
-        return tasks if tasks > 0 else 0
-    return len(range(tasks)[:gang])
-
-
 def _bar(record: ProjectRecord, kind: int) -> int:
     return record.fair_share[GPU] if kind == _FAIR else record.spec.quota.gpu_milli
 
@@ -128,7 +115,7 @@ def reclaim(ctx: CycleContext) -> None:
     """Once the budget is spent, the reason each earlier reason becomes with the note appended
     (`_append_reason`, kept here by the earlier reason: most of the queue comes here)."""
     for work in _pending_in_order(ctx):
-        gang_size = _gang_to_start(work)
+        gang_size = gang_to_start(work)
         if not gang_size:
             continue
         project = work.project
@@ -384,14 +371,14 @@ def preempt(ctx: CycleContext) -> None:
         if budget <= 0:
             return
         if by_project is None:
-            if not _gang_to_start(work):
+            if not gang_to_start(work):
                 continue
             by_project = _candidates_by_project(ctx)
             lowest = {p: priorities[0] for p, (_units, priorities) in by_project.items()}
         floor = lowest.get(work.project)
         if floor is None or floor >= work.priority:
             continue  # no candidate of lower priority: `cut` below would be 0
-        gang_size = _gang_to_start(work)
+        gang_size = gang_to_start(work)
         if not gang_size:
             continue
         units, priorities = by_project[work.project]
