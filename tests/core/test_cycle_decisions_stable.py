@@ -8,7 +8,12 @@ behaviour (2026-11-27: reclaim does not try again, in the same cycle, a shape th
 what a failed attempt of the project needed, `tests/core/test_reclaim_budget.py`; and for
 `binpack` only, the same day: a fraction that no shared device takes opens an empty device on
 the first node offered, as whole GPUs do, not the lowest-numbered of 16 candidates,
-`tests/core/test_fraction_on_empty_device.py`); a speed-up that changes one is wrong.
+`tests/core/test_fraction_on_empty_device.py`); and once more that day: work started in room
+an earlier eviction of the cycle left says so ("fits in capacity freed earlier in this cycle";
+it read "starts on GPUs reclaimed from " with no names), and eviction for one task walks the
+victims node by node (`tests/core/test_victim_walk.py`: the same evictions and the same work
+started; the session's buckets see fewer changes, so 8 of the 2,183 decisions at 200 nodes,
+seed 0, binpack place a task on another, equal node). A speed-up that changes one is wrong.
 Regenerate only for an intended change of behaviour:
 
     PYTHONPATH=src python tests/core/test_cycle_decisions_stable.py --write

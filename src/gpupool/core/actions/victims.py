@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
+from gpupool.core.actions.victim_walk import VirtualVictims, is_local
 from gpupool.core.context import CycleContext
 from gpupool.core.decisions import Evict, EvictionCause
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Workload
@@ -107,6 +108,8 @@ def evict_to_place(
     cause: EvictionCause,
 ) -> bool:
     """Try to start `gang` of `work` by evicting candidates; commit and record on success."""
+    if is_local(ctx, work, gang):
+        return _evict_node_by_node(ctx, work, gang, candidates, justify, cause)
     session = ctx.session
     statement = Statement(session)
     evicted: list[_Evicted] = []
@@ -147,6 +150,83 @@ def evict_to_place(
     for item in evicted:
         item.unit.work.state = _RUNNING
     return False
+
+
+_FITS_FREED = "fits in capacity freed earlier in this cycle"
+
+
+def _evict_node_by_node(
+    ctx: CycleContext,
+    work: WorkRecord,
+    gang: list[int],
+    candidates: Iterable[VictimUnit],
+    justify: Justify,
+    cause: EvictionCause,
+) -> bool:
+    """`evict_to_place` for work whose fit depends on each node alone: the victims are counted,
+    not taken out, until one of their nodes could take it (`victim_walk`)."""
+    session = ctx.session
+    if fits_now(ctx, work, gang):  # room an earlier eviction left: no victim needed
+        statement = Statement(session)
+        if not _place_within_policy(ctx, statement, work, gang):
+            statement.rollback()
+            return False
+        statement.commit()
+        ctx.mark_started(work, _FITS_FREED)
+        return True
+    walk = VirtualVictims(ctx)
+    limit = session.settings.max_victims_per_attempt
+    examine = _EXAMINE_FACTOR * limit
+    examined = 0
+    spec = work.spec
+    try:
+        for unit in candidates:
+            examined += 1
+            if examined > examine or len(walk) >= limit:
+                break
+            victim = unit.work
+            if victim.state is not _RUNNING:
+                continue
+            tasks = walk.tasks_left(victim, unit.task_indices)
+            if tasks is None:
+                continue
+            reason = justify(victim)
+            if reason is None:
+                continue
+            nodes = [n for n in walk.count(unit, victim, tasks, reason) if walk.could_take(spec, n)]
+            if not nodes:
+                continue
+            positions = walk.positions_on(nodes)
+            statement = Statement(session)
+            walk.take_out(statement, positions)
+            if not fits_now(ctx, work, gang):
+                walk.put_back(statement, positions)
+                continue
+            walk.release()
+            evicted = [
+                _Evicted(
+                    cast(VictimUnit, walk.units[p].unit),
+                    walk.units[p].allocs[:],
+                    cast(Reason, walk.reasons[p]),
+                )
+                for p in positions
+            ]
+            _restore_unneeded(ctx, statement, evicted, work, gang)
+            _replay(statement, evicted, justify)
+            final = Statement(session, parent=statement)
+            if _place_within_policy(ctx, final, work, gang):
+                final.commit()
+                statement.commit()
+                _record(ctx, work, evicted, cause)
+                return True
+            final.rollback()
+            statement.rollback()
+            for item in evicted:
+                item.unit.work.state = _RUNNING
+            return False
+        return False
+    finally:
+        walk.release()
 
 
 def _place_within_policy(
@@ -326,6 +406,9 @@ def _record(
     ctx: CycleContext, work: WorkRecord, evicted: list[_Evicted], cause: EvictionCause
 ) -> None:
     """One Evict per victim: whole if nothing of it is left, else the tasks it lost."""
+    if not evicted:  # every victim went back: room an earlier eviction left was enough
+        ctx.mark_started(work, _FITS_FREED)
+        return
     by_victim: dict[int, list[_Evicted]] = {}
     for item in evicted:
         by_victim.setdefault(item.unit.work.index, []).append(item)

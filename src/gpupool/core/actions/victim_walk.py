@@ -1,0 +1,194 @@
+"""Evicting for one task that only needs room on one node: victims counted, not moved, until a
+node could take it.
+
+`victims.evict_to_place` takes victims out of the session one at a time, in victim order, and
+asks the placer after each whether the pending workload fits now; once it does, it puts back
+every victim the placement does not need. Victims come in victim order, not by node, so an
+attempt takes out and puts back tens of them for the one or two that stay out: most of the cost
+of reclaim and preempt.
+
+Where the pending workload is one task, preemptible, with no limit on its project's path
+(`is_local`), whether it fits after an eviction depends on each node alone: evicting work on one
+node cannot help it onto another. Then the victims are walked *virtually*: each one's tasks are
+only counted against the nodes they run on (and its project's holdings lowered, which the
+justification of the next victim reads, as it would after a real eviction), and only when one
+of its nodes could now take the task (devices, CPU, memory: `_could_take`, a necessary condition)
+are the victims counted on that node taken out for real and the placer asked. If it fits, the
+attempt goes on as `evict_to_place` would with those victims (`victims.settle`: the unneeded
+ones back, the stayers evicted again in order, the task placed); if not, they go back and the
+walk goes on. Each attempt first asks whether the task fits already (room left over by an
+earlier eviction this cycle): then it is placed without a victim.
+
+The victims chosen are those `evict_to_place` would choose (the first prefix of the victim order
+after which the task fits, less the victims its placement does not need), but the session's
+buckets see fewer changes, so later ties between equal nodes may break otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from gpupool.core.context import CycleContext
+from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Workload
+from gpupool.core.records import TaskAlloc, WorkRecord, WorkState
+from gpupool.core.statement import Statement
+
+_WHOLE = GpuRequestKind.WHOLE
+_RUNNING = WorkState.RUNNING
+_EVICTED = WorkState.EVICTED
+
+
+def is_local(ctx: CycleContext, work: WorkRecord, gang: list[int]) -> bool:
+    """One task to place, and no limit or quota that evicting work elsewhere could bring it
+    under: whether it fits depends on each node alone."""
+    return len(gang) == 1 and work.preemptible and not ctx.limit_levels(work.project)
+
+
+class Counted(NamedTuple):
+    """A unit counted out: the candidate as the caller gave it (a `victims.VictimUnit`), the
+    workload, and its tasks counted out."""
+
+    unit: object
+    work: WorkRecord
+    allocs: list[TaskAlloc]
+
+
+class _Freed:
+    """What the victims counted so far would free on one node."""
+
+    __slots__ = ("cpu_milli", "devices", "memory_mib", "positions")
+
+    def __init__(self) -> None:
+        self.cpu_milli = 0
+        self.memory_mib = 0
+        self.devices: dict[int, int] = {}
+        """Device -> milli-GPU freed on it."""
+        self.positions: list[int] = []
+        """Positions in the walk of the victims with a task here."""
+
+
+class VirtualVictims:
+    """The victims of one walk: counted per node, and against their projects' holdings."""
+
+    def __init__(self, ctx: CycleContext) -> None:
+        self._session = ctx.session
+        self.units: list[Counted] = []
+        """In the walk's order."""
+        self.reasons: list[object] = []
+        """Per unit, what the caller's justification said when it was counted."""
+        self._taken: dict[int, set[int]] = {}
+        """Victim index -> its tasks counted out."""
+        self._by_node: dict[int, _Freed] = {}
+        self._charged: list[bool] = []
+        """Per unit: whether its holdings are lowered now (undone when it is taken out for real
+        or the walk ends)."""
+
+    def __len__(self) -> int:
+        return len(self.units)
+
+    def tasks_left(self, victim: WorkRecord, tasks: tuple[int, ...]) -> tuple[int, ...] | None:
+        """The tasks of a unit still running and not counted out (all placed ones for an empty
+        `tasks`), or None when the unit is gone: `evict_to_place`'s checks of state and tasks."""
+        taken = self._taken.get(victim.index)
+        if not tasks:
+            left = tuple(t for t in sorted(victim.allocs) if taken is None or t not in taken)
+            return left or None
+        for t in tasks:
+            if t not in victim.allocs or (taken is not None and t in taken):
+                return None
+        return tasks
+
+    def count(
+        self, unit: object, victim: WorkRecord, tasks: tuple[int, ...], reason: object
+    ) -> list[int]:
+        """Count `tasks` of `victim` out (for `unit`); returns the nodes they ran on."""
+        allocs = [victim.allocs[t] for t in tasks]
+        position = len(self.units)
+        self.units.append(Counted(unit, victim, allocs))
+        self.reasons.append(reason)
+        self._taken.setdefault(victim.index, set()).update(tasks)
+        self._charge(victim, allocs, -1)
+        self._charged.append(True)
+        spec = victim.spec
+        nodes: list[int] = []
+        for alloc in allocs:
+            freed = self._by_node.get(alloc.node)
+            if freed is None:
+                freed = self._by_node[alloc.node] = _Freed()
+            freed.cpu_milli += spec.cpu_milli
+            freed.memory_mib += spec.memory_mib
+            for device in alloc.devices:
+                freed.devices[device] = freed.devices.get(device, 0) + alloc.milli_per_device
+            if not freed.positions or freed.positions[-1] != position:
+                freed.positions.append(position)
+            if alloc.node not in nodes:
+                nodes.append(alloc.node)
+        return nodes
+
+    def could_take(self, spec: Workload, node: int) -> bool:
+        """Whether `node`, with the victims counted on it out, has the devices, CPU and memory
+        for one task of `spec`: what the placer needs of a node before it looks further
+        (selectors, taints, pinned devices and device memory only take nodes away)."""
+        s = self._session
+        freed = self._by_node[node]
+        if s.cpu_free[node] + freed.cpu_milli < spec.cpu_milli:
+            return False
+        if s.memory_free[node] + freed.memory_mib < spec.memory_mib:
+            return False
+        used = s.device_used[node]
+        back = freed.devices
+        request = spec.gpu
+        if request.kind is _WHOLE:
+            empty = sum(1 for d, u in enumerate(used) if u - back.get(d, 0) == 0)
+            return empty >= request.amount
+        need = request.milli_on(s.nodes[node].gpu_memory_mib)
+        return any(MILLI_PER_GPU - (u - back.get(d, 0)) >= need for d, u in enumerate(used))
+
+    def positions_on(self, nodes: list[int]) -> list[int]:
+        """Positions of the units with a task on any of `nodes`, in walk order."""
+        found: set[int] = set()
+        for node in nodes:
+            found.update(self._by_node[node].positions)
+        return sorted(found)
+
+    def take_out(self, statement: Statement, positions: list[int]) -> None:
+        """Evict these units for real in `statement` (their counted holdings given back first,
+        since the session lowers them itself)."""
+        for position in positions:
+            _unit, victim, allocs = self.units[position]
+            if self._charged[position]:
+                self._charge(victim, allocs, +1)
+                self._charged[position] = False
+            for alloc in allocs:
+                statement.remove(victim, alloc.task_index)
+            if not victim.allocs:
+                victim.state = _EVICTED
+
+    def put_back(self, statement: Statement, positions: list[int]) -> None:
+        """Undo `take_out` (the statement holds only these), and count them again."""
+        statement.rollback()
+        for position in positions:
+            _unit, victim, allocs = self.units[position]
+            victim.state = _RUNNING
+            if not self._charged[position]:
+                self._charge(victim, allocs, -1)
+                self._charged[position] = True
+
+    def release(self) -> None:
+        """Give back every holding still lowered by the count: the walk is over."""
+        for position, (_unit, victim, allocs) in enumerate(self.units):
+            if self._charged[position]:
+                self._charge(victim, allocs, +1)
+                self._charged[position] = False
+
+    def _charge(self, victim: WorkRecord, allocs: list[TaskAlloc], sign: int) -> None:
+        """Raise (+1) or lower (-1) the holdings along the victim's project path by `allocs`,
+        as the session's own eviction would (victims are preemptible: only `holding`)."""
+        spec = victim.spec
+        gpu = sign * sum(a.milli_per_device * len(a.devices) for a in allocs)
+        cpu = sign * spec.cpu_milli * len(allocs)
+        memory = sign * spec.memory_mib * len(allocs)
+        for holding, _nonpreemptible in self._session._holders[victim.project]:
+            holding[0] += gpu
+            holding[1] += cpu
+            holding[2] += memory

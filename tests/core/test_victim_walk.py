@@ -1,0 +1,140 @@
+"""Evicting for one task node by node (`actions.victim_walk`): the victims are counted, not taken
+out, until one of their nodes could take the task; only then are the victims counted there
+evicted for real and the placer asked. It must choose what taking every victim out in turn
+(`victims.evict_to_place`'s general path) chooses: the same evictions and the same work started.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from gpupool.core.actions import victims
+from gpupool.core.cycle import run_cycle
+from gpupool.core.decisions import Bind, CycleResult, Evict
+from gpupool.core.model import Snapshot
+
+from .helpers import check_decisions, node, project, running, share, snapshot, train
+from .test_properties import snapshots
+
+
+def _general_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(victims, "is_local", lambda ctx, work, gang: False)
+
+
+def _chosen(result: CycleResult) -> tuple[list[tuple[str, str | None, str]], list[str]]:
+    evictions = sorted(
+        (d.workload, d.for_workload, d.cause.value)
+        for d in result.decisions
+        if isinstance(d, Evict)
+    )
+    started = sorted(d.workload for d in result.decisions if isinstance(d, Bind))
+    return evictions, started
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=bool(os.environ.get("CI")),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(snapshots())
+def test_the_walk_chooses_what_the_general_path_chooses(s: Snapshot) -> None:
+    walked = run_cycle(s)
+    check_decisions(s, walked)
+    with pytest.MonkeyPatch.context() as patch:
+        _general_path_only(patch)
+        general = run_cycle(s)
+    assert _chosen(walked) == _chosen(general)
+
+
+def _cluster_with_room_left_by_a_reclaim() -> Snapshot:
+    # beta (quota 0) holds all 8 GPUs; alpha's demand (10 GPUs) leaves beta no fair share.
+    # Reclaim evicts bbig (4 GPUs, the most recent) for a1, which leaves 3 GPUs of n1 idle: a2
+    # then fits without a victim (a3 fits nowhere).
+    return snapshot(
+        [node("n1", 4), node("n2", 4)],
+        [project("alpha", 8), project("beta", 0)],
+        [
+            running(train("bbig", "beta", 4), "n1", (0, 1, 2, 3), -300),
+            *(running(train(f"b{i}", "beta"), "n2", (i,), -900) for i in range(4)),
+            train("a1", "alpha"),
+            train("a2", "alpha"),
+            train("a3", "alpha", 8),
+        ],
+    )
+
+
+@pytest.mark.parametrize("general", [False, True], ids=["walk", "general path"])
+def test_work_that_fits_in_room_an_eviction_left_says_so(
+    general: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: a2's reason read "starts on GPUs reclaimed from " (no names: nothing was).
+    if general:
+        _general_path_only(monkeypatch)
+    s = _cluster_with_room_left_by_a_reclaim()
+    result = run_cycle(s)
+    check_decisions(s, result)
+    binds = {d.workload: d.reason for d in result.decisions if isinstance(d, Bind)}
+    evicted = [d.workload for d in result.decisions if isinstance(d, Evict)]
+    assert evicted == ["bbig"]
+    assert binds["a1"] == "starts on GPUs reclaimed from bbig"
+    assert binds["a2"] == "fits in capacity freed earlier in this cycle"
+
+
+def test_the_walk_takes_out_only_victims_on_the_node_that_takes_the_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # beta's 1-GPU jobs on n1..n3 come first in victim order (most recent), then its 2-GPU job on
+    # n4, which alpha's 2-GPU job needs. The walk counts b1..b3 and takes out only b4.
+    s = snapshot(
+        [node("n1", 1), node("n2", 1), node("n3", 1), node("n4", 2)],
+        [project("alpha", 5), project("beta", 0)],
+        [
+            running(train("b4", "beta", 2), "n4", (0, 1), -900),
+            running(train("b1", "beta"), "n1", (0,), -600),
+            running(train("b2", "beta"), "n2", (0,), -500),
+            running(train("b3", "beta"), "n3", (0,), -400),
+            train("a", "alpha", 2),
+        ],
+    )
+    removed: list[str] = []
+    original = victims.Statement.remove
+
+    def remove(statement: victims.Statement, work: victims.WorkRecord, task: int) -> object:
+        removed.append(work.name)
+        return original(statement, work, task)
+
+    monkeypatch.setattr(victims.Statement, "remove", remove)
+    result = run_cycle(s)
+    check_decisions(s, result)
+    assert _chosen(result) == ([("b4", "a", "reclaim")], ["a"])
+    assert set(removed) == {"b4"}
+
+
+@pytest.mark.parametrize("general", [False, True], ids=["walk", "general path"])
+def test_a_victim_counted_out_lowers_its_project_for_the_next_justification(
+    general: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # beta holds 3 GPUs with a fair share of 1: two of its GPUs may be reclaimed. alpha's 2-GPU
+    # job would need b2 and b3 on n2, but b1 (the most recent) comes first in victim order and
+    # uses up one of the two: with b1 and b2 out beta is at its fair share, b3 may not be
+    # taken, and nothing is evicted.
+    if general:
+        _general_path_only(monkeypatch)
+    s = snapshot(
+        [node("n1", 1), node("n2", 2)],
+        [project("alpha", 1), project("beta", 0)],
+        [
+            running(train("b3", "beta"), "n2", (1,), -900),
+            running(train("b2", "beta"), "n2", (0,), -600),
+            running(train("b1", "beta"), "n1", (0,), -300),
+            train("a", "alpha", 2),
+        ],
+    )
+    result = run_cycle(s)
+    check_decisions(s, result)
+    assert share(result, "beta").fair_share.gpu_milli == 1000
+    assert _chosen(result) == ([], [])
