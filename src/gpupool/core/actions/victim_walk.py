@@ -46,11 +46,12 @@ def is_local(ctx: CycleContext, work: WorkRecord, gang: list[int]) -> bool:
 
 class Counted(NamedTuple):
     """A unit counted out: the candidate as the caller gave it (a `victims.VictimUnit`), the
-    workload, and its tasks counted out."""
+    workload, its tasks counted out, and what they hold (GPU milli, CPU milli, memory MiB)."""
 
     unit: object
     work: WorkRecord
     allocs: list[TaskAlloc]
+    held: tuple[int, int, int]
 
 
 class _Freed:
@@ -103,26 +104,35 @@ class VirtualVictims:
     ) -> list[int]:
         """Count `tasks` of `victim` out (for `unit`); returns the nodes they ran on."""
         allocs = [victim.allocs[t] for t in tasks]
-        position = len(self.units)
-        self.units.append(Counted(unit, victim, allocs))
-        self.reasons.append(reason)
-        self._taken.setdefault(victim.index, set()).update(tasks)
-        self._charge(victim, allocs, -1)
-        self._charged.append(True)
         spec = victim.spec
+        cpu = spec.cpu_milli
+        memory = spec.memory_mib
+        gpu = 0
+        position = len(self.units)
+        by_node = self._by_node
         nodes: list[int] = []
         for alloc in allocs:
-            freed = self._by_node.get(alloc.node)
+            node = alloc.node
+            milli = alloc.milli_per_device
+            freed = by_node.get(node)
             if freed is None:
-                freed = self._by_node[alloc.node] = _Freed()
-            freed.cpu_milli += spec.cpu_milli
-            freed.memory_mib += spec.memory_mib
+                freed = by_node[node] = _Freed()
+            freed.cpu_milli += cpu
+            freed.memory_mib += memory
+            devices = freed.devices
             for device in alloc.devices:
-                freed.devices[device] = freed.devices.get(device, 0) + alloc.milli_per_device
+                devices[device] = devices.get(device, 0) + milli
+                gpu += milli
             if not freed.positions or freed.positions[-1] != position:
                 freed.positions.append(position)
-            if alloc.node not in nodes:
-                nodes.append(alloc.node)
+            if node not in nodes:
+                nodes.append(node)
+        counted = Counted(unit, victim, allocs, (gpu, cpu * len(allocs), memory * len(allocs)))
+        self.units.append(counted)
+        self.reasons.append(reason)
+        self._taken.setdefault(victim.index, set()).update(tasks)
+        self._charge(counted, -1)
+        self._charged.append(True)
         return nodes
 
     def could_take(self, spec: Workload, node: int) -> bool:
@@ -139,10 +149,15 @@ class VirtualVictims:
         back = freed.devices
         request = spec.gpu
         if request.kind is _WHOLE:
-            empty = sum(1 for d, u in enumerate(used) if u - back.get(d, 0) == 0)
+            empty = s.empty_count[node]
+            for device, milli in back.items():
+                if used[device] and used[device] == milli:  # emptied by the victims
+                    empty += 1
             return empty >= request.amount
         need = request.milli_on(s.nodes[node].gpu_memory_mib)
-        return any(MILLI_PER_GPU - (u - back.get(d, 0)) >= need for d, u in enumerate(used))
+        room = MILLI_PER_GPU - need
+        """Most a device may have in use to take the task."""
+        return any(u - back.get(d, 0) <= room for d, u in enumerate(used))
 
     def positions_on(self, nodes: list[int]) -> list[int]:
         """Positions of the units with a task on any of `nodes`, in walk order."""
@@ -155,11 +170,12 @@ class VirtualVictims:
         """Evict these units for real in `statement` (their counted holdings given back first,
         since the session lowers them itself)."""
         for position in positions:
-            _unit, victim, allocs = self.units[position]
+            counted = self.units[position]
+            victim = counted.work
             if self._charged[position]:
-                self._charge(victim, allocs, +1)
+                self._charge(counted, +1)
                 self._charged[position] = False
-            for alloc in allocs:
+            for alloc in counted.allocs:
                 statement.remove(victim, alloc.task_index)
             if not victim.allocs:
                 victim.state = _EVICTED
@@ -168,27 +184,28 @@ class VirtualVictims:
         """Undo `take_out` (the statement holds only these), and count them again."""
         statement.rollback()
         for position in positions:
-            _unit, victim, allocs = self.units[position]
-            victim.state = _RUNNING
+            counted = self.units[position]
+            counted.work.state = _RUNNING
             if not self._charged[position]:
-                self._charge(victim, allocs, -1)
+                self._charge(counted, -1)
                 self._charged[position] = True
 
     def release(self) -> None:
         """Give back every holding still lowered by the count: the walk is over."""
-        for position, (_unit, victim, allocs) in enumerate(self.units):
-            if self._charged[position]:
-                self._charge(victim, allocs, +1)
-                self._charged[position] = False
+        charged = self._charged
+        for position, counted in enumerate(self.units):
+            if charged[position]:
+                self._charge(counted, +1)
+                charged[position] = False
 
-    def _charge(self, victim: WorkRecord, allocs: list[TaskAlloc], sign: int) -> None:
-        """Raise (+1) or lower (-1) the holdings along the victim's project path by `allocs`,
-        as the session's own eviction would (victims are preemptible: only `holding`)."""
-        spec = victim.spec
-        gpu = sign * sum(a.milli_per_device * len(a.devices) for a in allocs)
-        cpu = sign * spec.cpu_milli * len(allocs)
-        memory = sign * spec.memory_mib * len(allocs)
-        for holding, _nonpreemptible in self._session._holders[victim.project]:
+    def _charge(self, counted: Counted, sign: int) -> None:
+        """Raise (+1) or lower (-1) the holdings along the victim's project path by what the
+        unit holds, as the session's own eviction would (victims are preemptible: only
+        `holding`)."""
+        gpu, cpu, memory = counted.held
+        if sign < 0:
+            gpu, cpu, memory = -gpu, -cpu, -memory
+        for holding, _nonpreemptible in self._session._holders[counted.work.project]:
             holding[0] += gpu
             holding[1] += cpu
             holding[2] += memory
