@@ -16,7 +16,16 @@ from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import Bind, CycleResult, Evict
 from gpupool.core.model import Snapshot
 
-from .helpers import check_decisions, node, project, running, share, snapshot, train
+from .helpers import (
+    check_decisions,
+    interactive,
+    node,
+    project,
+    running,
+    share,
+    snapshot,
+    train,
+)
 from .test_properties import snapshots
 
 
@@ -138,3 +147,30 @@ def test_a_victim_counted_out_lowers_its_project_for_the_next_justification(
     check_decisions(s, result)
     assert share(result, "beta").fair_share.gpu_milli == 1000
     assert _chosen(result) == ([], [])
+
+
+@pytest.mark.parametrize("general", [False, True], ids=["walk", "general path"])
+def test_work_that_fits_already_starts_without_a_victim_to_take(
+    general: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the property test above. w2 (interactive: priority 100) preempts w0 for a tenth
+    # of a GPU, which leaves 0.9 of that device idle; w3 (priority 90) fits there, although no
+    # work of lower priority is left running to take. Before, it waited a cycle on the general
+    # path (an attempt started by taking a victim out, and there was none).
+    if general:
+        _general_path_only(monkeypatch)
+    s = snapshot(
+        [node("n0", 5)],
+        [project("p0", 0.5)],
+        [
+            running(train("w0", "p0"), "n0", (0,)),
+            running(train("w1", "p0", 4, priority=90), "n0", (1, 2, 3, 4)),
+            interactive("w2", "p0", 0.1),
+            train("w3", "p0", 0.1, priority=90),
+        ],
+    )
+    result = run_cycle(s)
+    check_decisions(s, result)
+    binds = {d.workload: d.reason for d in result.decisions if isinstance(d, Bind)}
+    assert _chosen(result) == ([("w0", "w2", "preempt")], ["w2", "w3"])
+    assert binds["w3"] == "fits in capacity freed earlier in this cycle"

@@ -103,6 +103,8 @@ def reclaim(ctx: CycleContext) -> None:
     budget = session.settings.max_reclaim_attempts_per_cycle
     failed: dict[tuple[int, ShapeKey], list[tuple[int, int]]] = {}
     """Per project and shape less its CPU and memory per task: those of the failed attempts."""
+    failed_projects: set[int] = set()
+    """The projects with an entry in `failed`: the others' work needs no shape looked up."""
     victims: list[VictimUnit] | None = None
     victim_projects: list[int] = []
     waits: dict[tuple[int, int, int, int], str] = {}
@@ -142,16 +144,19 @@ def reclaim(ctx: CycleContext) -> None:
                 note = waits[said] = _no_reclaim_note(leaf, ask_gpu)
             _append_reason(ctx, work, note)
             continue
-        shape = shape_keys.get(work.index)
-        if shape is None:
-            shape = pending_shape_key(ctx, work, gang_size)
-        # A shape that failed for the project fails again, and so does one that needs as much
-        # GPU and at least as much CPU and memory per task: the same victims, less room.
-        key = (project, without_cpu_memory(shape))
-        needs = failed.get(key)
         spec = work.spec
-        if needs is not None and _dominated(needs, spec.cpu_milli, spec.memory_mib):
-            continue
+        key = None
+        if project in failed_projects:
+            shape = shape_keys.get(work.index)
+            if shape is None:
+                shape = pending_shape_key(ctx, work, gang_size)
+            # A shape that failed for the project fails again, and so does one that needs as
+            # much GPU and at least as much CPU and memory per task: the same victims, less
+            # room.
+            key = (project, without_cpu_memory(shape))
+            needs = failed.get(key)
+            if needs is not None and _dominated(needs, spec.cpu_milli, spec.memory_mib):
+                continue
         if budget <= 0:
             base = reasons.get(work.index)
             joined = bounded.get(base)
@@ -175,7 +180,10 @@ def reclaim(ctx: CycleContext) -> None:
         if _reclaim_for(ctx, work, gang, victims, inside, path, guards):
             ctx.place_extras(work, extras)
         else:
+            if key is None:
+                key = (project, without_cpu_memory(pending_shape_key(ctx, work, gang_size)))
             failed.setdefault(key, []).append((spec.cpu_milli, spec.memory_mib))
+            failed_projects.add(project)
             _append_reason(ctx, work, nothing)
 
 

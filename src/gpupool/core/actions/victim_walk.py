@@ -7,8 +7,8 @@ every victim the placement does not need. Victims come in victim order, not by n
 attempt takes out and puts back tens of them for the one or two that stay out: most of the cost
 of reclaim and preempt.
 
-Where the pending workload is one task, preemptible, with no limit on its project's path
-(`is_local`), whether it fits after an eviction depends on each node alone: evicting work on one
+Where the pending workload is one task with no limit on its project's path (`is_local`),
+whether it fits after an eviction depends on each node alone: evicting work on one
 node cannot help it onto another. Then the victims are walked *virtually*: each one's tasks are
 only counted against the nodes they run on (and its project's holdings lowered, which the
 justification of the next victim reads, as it would after a real eviction), and only when one
@@ -39,9 +39,11 @@ _EVICTED = WorkState.EVICTED
 
 
 def is_local(ctx: CycleContext, work: WorkRecord, gang: list[int]) -> bool:
-    """One task to place, and no limit or quota that evicting work elsewhere could bring it
-    under: whether it fits depends on each node alone."""
-    return len(gang) == 1 and work.preemptible and not ctx.limit_levels(work.project)
+    """One task to place, and no limit that evicting work elsewhere could bring it under:
+    whether it fits depends on each node alone. (Victims are preemptible, so evicting them
+    leaves the non-preemptible holdings that G3 checks a non-preemptible workload against as
+    they are.)"""
+    return len(gang) == 1 and not ctx.limit_levels(work.project)
 
 
 class Counted(NamedTuple):

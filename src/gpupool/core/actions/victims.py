@@ -107,7 +107,11 @@ def evict_to_place(
     justify: Justify,
     cause: EvictionCause,
 ) -> bool:
-    """Try to start `gang` of `work` by evicting candidates; commit and record on success."""
+    """Try to start `gang` of `work` by evicting candidates; commit and record on success.
+    Work that fits already (in room an earlier eviction of the cycle left: a 4-GPU victim freed
+    for a 1-GPU task) starts without a victim."""
+    if fits_now(ctx, work, gang):
+        return _start_without_victims(ctx, work, gang)
     if is_local(ctx, work, gang):
         return _evict_node_by_node(ctx, work, gang, candidates, justify, cause)
     session = ctx.session
@@ -155,6 +159,16 @@ def evict_to_place(
 _FITS_FREED = "fits in capacity freed earlier in this cycle"
 
 
+def _start_without_victims(ctx: CycleContext, work: WorkRecord, gang: list[int]) -> bool:
+    statement = Statement(ctx.session)
+    if not _place_within_policy(ctx, statement, work, gang):
+        statement.rollback()
+        return False
+    statement.commit()
+    ctx.mark_started(work, _FITS_FREED)
+    return True
+
+
 def _evict_node_by_node(
     ctx: CycleContext,
     work: WorkRecord,
@@ -166,14 +180,6 @@ def _evict_node_by_node(
     """`evict_to_place` for work whose fit depends on each node alone: the victims are counted,
     not taken out, until one of their nodes could take it (`victim_walk`)."""
     session = ctx.session
-    if fits_now(ctx, work, gang):  # room an earlier eviction left: no victim needed
-        statement = Statement(session)
-        if not _place_within_policy(ctx, statement, work, gang):
-            statement.rollback()
-            return False
-        statement.commit()
-        ctx.mark_started(work, _FITS_FREED)
-        return True
     walk = VirtualVictims(ctx)
     limit = session.settings.max_victims_per_attempt
     examine = _EXAMINE_FACTOR * limit
