@@ -129,10 +129,10 @@ def allocate(ctx: CycleContext) -> None:
             position += 1
             more = position < end
             spec = work.spec
-            if not (work.preemptible and not work.allocs and unlimited[project]):
+            if work.allocs:
                 break
-            # The common case, inline: nothing placed yet and no policy that could hold it
-            # back, so `try_allocate` would go straight to the failed-shape cache.
+            # Inline: nothing placed yet, so `try_allocate` would check the policy (where one
+            # could hold it back) and then ask the failed-shape cache.
             tasks = spec.tasks
             gang = spec.min_available
             gang = (tasks if tasks > 0 else 0) if gang is None else len(range(tasks)[:gang])
@@ -154,10 +154,21 @@ def allocate(ctx: CycleContext) -> None:
             if kind is memory:
                 key = (*key, project)
             cached = failed.get(key)
+            common = work.preemptible and unlimited[project]
+            """No policy that could hold it back (the common case)."""
             if cached is None:
-                single = tasks == 1 and kind is not memory
+                single = common and tasks == 1 and kind is not memory
                 break
-            reasons[work.index] = cached
+            if common:
+                reasons[work.index] = cached
+            else:  # `try_allocate`'s policy check comes first, and its reason wins
+                problem = ctx.policy_problem(work, gang)
+                if problem is None:
+                    reasons[work.index] = cached
+                else:
+                    reasons[work.index] = problem
+                    if ctx.quota_problem(work, ctx.ask(work, gang)) is not None:
+                        ctx.policy_blocked.add(work.index)
             if not more:
                 answered = True
                 break
