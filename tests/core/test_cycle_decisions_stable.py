@@ -13,7 +13,7 @@ an earlier eviction of the cycle left says so ("fits in capacity freed earlier i
 it read "starts on GPUs reclaimed from " with no names), and eviction for one task walks the
 victims node by node (`tests/core/test_victim_walk.py`: the same evictions and the same work
 started; the session's buckets see fewer changes, so a few tasks go to another, equal node:
-8 of the 2,183 decisions at 200 nodes, seed 0, binpack, 11 of 232 at 50 nodes, seed 1). A
+8 of the 701 decisions at 200 nodes, seed 0, binpack, 11 of 232 at 50 nodes, seed 1). A
 speed-up that changes one is wrong.
 Regenerate only for an intended change of behaviour:
 
