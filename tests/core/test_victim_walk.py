@@ -12,9 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from gpupool.core.actions import victims
+from gpupool.core.candidates import cycle_typical
+from gpupool.core.context import CycleContext
 from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import Bind, CycleResult, Evict
 from gpupool.core.model import Snapshot
+from gpupool.core.placement import Placer
+from gpupool.core.session import Session, Statement, WorkState
 
 from .helpers import (
     check_decisions,
@@ -174,3 +178,86 @@ def test_work_that_fits_already_starts_without_a_victim_to_take(
     binds = {d.workload: d.reason for d in result.decisions if isinstance(d, Bind)}
     assert _chosen(result) == ([("w0", "w2", "preempt")], ["w2", "w3"])
     assert binds["w3"] == "fits in capacity freed earlier in this cycle"
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=bool(os.environ.get("CI")),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(snapshots())
+def test_room_for_a_gang_is_never_denied_where_it_fits(s: Snapshot) -> None:
+    # `fits_now` skips the placer where the capacity indexes show room for fewer tasks than the
+    # gang has: that count must be an upper bound, or work that fits would wait.
+    session = Session(s)
+    pending = [w.spec for w in session.works if w.state is WorkState.PENDING]
+    ctx = CycleContext(session, Placer(session, cycle_typical(pending, 81920)))
+    for work in session.works:
+        gang, _extras = ctx.tasks_to_start(work)
+        if not gang:
+            continue
+        statement = Statement(session)
+        fits = victims._place_within_policy(ctx, statement, work, gang)
+        statement.rollback()
+        if fits:
+            assert victims._room_for(session, work.spec, len(gang)), work.name
+
+
+@pytest.mark.parametrize(
+    ("free_gpus", "tasks", "gpus_per_task", "room"),
+    [
+        ((4, 4), 2, 4, True),  # a task on each node
+        ((8,), 2, 4, True),  # two on one node
+        ((3, 3, 3), 2, 4, False),  # 9 GPUs idle, none holds 4
+        ((7, 3), 2, 4, False),  # 10 idle, one 4-GPU task fits
+        ((1, 1, 1), 3, 1, True),
+    ],
+)
+def test_room_for_a_gang_counts_tasks_per_node(
+    free_gpus: tuple[int, ...], tasks: int, gpus_per_task: int, room: bool
+) -> None:
+    s = snapshot(
+        [node(f"n{i}", 8) for i in range(len(free_gpus))],
+        [project("alpha", 8), project("beta", 0)],
+        [
+            *(
+                running(train(f"b{i}", "beta", 8 - free), f"n{i}", tuple(range(8 - free)))
+                for i, free in enumerate(free_gpus)
+                if free < 8
+            ),
+            train("gang", "alpha", gpus_per_task, tasks=tasks),
+        ],
+    )
+    session = Session(s)
+    gang = session.works[-1]
+    assert victims._room_for(session, gang.spec, tasks) is room
+
+
+@pytest.mark.parametrize(
+    ("used", "tasks", "room"),
+    [
+        ((0.5, 0.5), 2, True),  # half of each device free: a task on each
+        ((0.5, 0.5), 3, False),
+        ((0.5, 0.0), 3, True),  # an empty device holds two halves, the shared one a third
+        ((0.6, 0.6), 1, False),  # 0.4 free on each: not half a device
+    ],
+)
+def test_room_for_a_gang_of_fractions_counts_tasks_per_device(
+    used: tuple[float, ...], tasks: int, room: bool
+) -> None:
+    s = snapshot(
+        [node("n0", len(used))],
+        [project("alpha", 2), project("beta", 0)],
+        [
+            *(
+                running(train(f"b{d}", "beta", share), "n0", (d,))
+                for d, share in enumerate(used)
+                if share
+            ),
+            train("gang", "alpha", 0.5, tasks=tasks),
+        ],
+    )
+    session = Session(s)
+    gang = session.works[-1]
+    assert victims._room_for(session, gang.spec, tasks) is room

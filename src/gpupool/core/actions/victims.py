@@ -17,7 +17,7 @@ from typing import NamedTuple, cast
 from gpupool.core.actions.victim_walk import VirtualVictims, is_local
 from gpupool.core.context import CycleContext
 from gpupool.core.decisions import Evict, EvictionCause
-from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Workload
+from gpupool.core.model import MILLI_PER_GPU, GpuRequest, GpuRequestKind, Workload
 from gpupool.core.session import Session, Statement, TaskAlloc, WorkRecord, WorkState
 
 # Enum members as module globals: reading one from its class costs ten times as much in
@@ -246,13 +246,13 @@ def _place_within_policy(
 def fits_now(ctx: CycleContext, work: WorkRecord, gang: list[int]) -> bool:
     """Whether `_place_within_policy` would succeed now; changes nothing.
 
-    When the capacity indexes show no room for even one task (`_room_for`), the placer would
-    fail on the first task without placing anything, so the answer is known without trying.
-    A tentative placement is not free of effects: taking it off again moves a node (device) to
-    the end of its bucket, which later placements see as their order among equals. So the
-    attempt is skipped only where it would place nothing, and the decisions stay the same.
+    When the capacity indexes show room for fewer tasks than the gang has (`_room_for`), the
+    placer would fail, so the answer is known without trying. (A tentative placement is not
+    free of effects: taking it off again moves a node (device) to the end of its bucket, which
+    later placements see as their order among equals; a gang that is not tried leaves the
+    order as it was.)
     """
-    if gang and not _room_for(ctx.session, work.spec):
+    if gang and not _room_for(ctx.session, work.spec, len(gang)):
         return False
     attempt = Statement(ctx.session)
     fits = _place_within_policy(ctx, attempt, work, gang)
@@ -260,14 +260,17 @@ def fits_now(ctx: CycleContext, work: WorkRecord, gang: list[int]) -> bool:
     return fits
 
 
-def _room_for(session: Session, spec: Workload) -> bool:
-    """False only where the placer would certainly find no place for one task of `spec`: no
-    node has enough empty devices, and for a shared request no shared device has enough free
-    either (nodes' selectors, taints, CPU, memory and pinned devices only take room away)."""
+def _room_for(session: Session, spec: Workload, tasks: int = 1) -> bool:
+    """False only where the placer would certainly not place `tasks` tasks of `spec`: the
+    devices the capacity indexes show hold fewer (a node with e empty devices holds e // n
+    tasks of n whole GPUs; a device with f milli-GPU free f // m tasks of m; nodes' selectors,
+    taints, CPU, memory and pinned devices only take room away)."""
     buckets = session.nodes_by_empty
     request = spec.gpu
     whole = request.kind is _WHOLE
     needed = request.amount if whole else 1
+    if tasks > 1:
+        return _task_slots(session, request, whole, needed, tasks) >= tasks
     # Loops rather than `any(...)` over a generator: every eviction attempt asks this.
     for count in range(needed if needed > 0 else 0, len(buckets)):
         if buckets[count]:
@@ -276,6 +279,41 @@ def _room_for(session: Session, spec: Workload) -> bool:
         return False
     keys = session.shared_free_keys
     return bool(keys) and keys[-1] >= request.milli_on(session.max_device_memory_mib)
+
+
+def _task_slots(
+    session: Session, request: GpuRequest, whole: bool, needed: int, enough: int
+) -> int:
+    """How many tasks the devices could hold at most (see `_room_for`); counting stops at
+    `enough`."""
+    buckets = session.nodes_by_empty
+    if whole:
+        if needed <= 0:
+            return enough
+        slots = 0
+        for empty in range(len(buckets) - 1, needed - 1, -1):
+            slots += len(buckets[empty]) * (empty // needed)
+            if slots >= enough:
+                break
+        return slots
+    milli = request.milli_on(session.max_device_memory_mib)
+    if milli <= 0:
+        return enough
+    slots = 0
+    per_empty_device = MILLI_PER_GPU // milli
+    for empty in range(len(buckets) - 1, 0, -1):
+        slots += len(buckets[empty]) * empty * per_empty_device
+        if slots >= enough:
+            return slots
+    keys = session.shared_free_keys
+    by_free = session.shared_by_free
+    for free in reversed(keys):
+        if free < milli:
+            break
+        slots += len(by_free[free]) * (free // milli)
+        if slots >= enough:
+            break
+    return slots
 
 
 def _restore_unneeded(
