@@ -26,8 +26,6 @@ buckets see fewer changes, so later ties between equal nodes may break otherwise
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from gpupool.core.context import CycleContext
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Workload
 from gpupool.core.records import TaskAlloc, WorkRecord, WorkState
@@ -46,14 +44,21 @@ def is_local(ctx: CycleContext, work: WorkRecord, gang: list[int]) -> bool:
     return len(gang) == 1 and not ctx.limit_levels(work.project)
 
 
-class Counted(NamedTuple):
+class Counted:
     """A unit counted out: the candidate as the caller gave it (a `victims.VictimUnit`), the
-    workload, its tasks counted out, and what they hold (GPU milli, CPU milli, memory MiB)."""
+    workload, its tasks counted out, and what they hold (GPU milli, CPU milli, memory MiB).
+    A plain class, not a named tuple: mypyc (`benchmarks/compile_core.py`) cannot build a
+    named tuple with an `object` field."""
 
-    unit: object
-    work: WorkRecord
-    allocs: list[TaskAlloc]
-    held: tuple[int, int, int]
+    __slots__ = ("allocs", "held", "unit", "work")
+
+    def __init__(
+        self, unit: object, work: WorkRecord, allocs: list[TaskAlloc], held: tuple[int, int, int]
+    ) -> None:
+        self.unit = unit
+        self.work = work
+        self.allocs = allocs
+        self.held = held
 
 
 class _Freed:
