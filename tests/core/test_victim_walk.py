@@ -16,7 +16,7 @@ from gpupool.core.candidates import cycle_typical
 from gpupool.core.context import CycleContext
 from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import Bind, CycleResult, Evict
-from gpupool.core.model import Snapshot
+from gpupool.core.model import Node, Snapshot, Workload
 from gpupool.core.placement import Placer
 from gpupool.core.session import Session, Statement, WorkState
 
@@ -31,10 +31,28 @@ from .helpers import (
     train,
 )
 from .test_properties import snapshots
+from .test_victims_restore import alpha_needs_the_node_of_beta_s_oldest
+
+_RANDOM_CLUSTERS = settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=bool(os.environ.get("CI")),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+"""150 random clusters per run (the same ones under CI)."""
 
 
 def _general_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(victims, "is_local", lambda ctx, work, gang: False)
+
+
+@pytest.fixture(params=["walk", "general path"])
+def either_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test once as the cycle runs (the walk where it applies), once on the general
+    path only: both must decide the same."""
+    if request.param == "general path":
+        _general_path_only(monkeypatch)
+    return str(request.param)
 
 
 def _chosen(result: CycleResult) -> tuple[list[tuple[str, str | None, str]], list[str]]:
@@ -47,12 +65,7 @@ def _chosen(result: CycleResult) -> tuple[list[tuple[str, str | None, str]], lis
     return evictions, started
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    derandomize=bool(os.environ.get("CI")),
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+@_RANDOM_CLUSTERS
 @given(snapshots())
 def test_the_walk_chooses_what_the_general_path_chooses(s: Snapshot) -> None:
     walked = run_cycle(s)
@@ -80,13 +93,9 @@ def _cluster_with_room_left_by_a_reclaim() -> Snapshot:
     )
 
 
-@pytest.mark.parametrize("general", [False, True], ids=["walk", "general path"])
-def test_work_that_fits_in_room_an_eviction_left_says_so(
-    general: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("either_path")
+def test_work_that_fits_in_room_an_eviction_left_says_so() -> None:
     # Before: a2's reason read "starts on GPUs reclaimed from " (no names: nothing was).
-    if general:
-        _general_path_only(monkeypatch)
     s = _cluster_with_room_left_by_a_reclaim()
     result = run_cycle(s)
     check_decisions(s, result)
@@ -102,17 +111,7 @@ def test_the_walk_takes_out_only_victims_on_the_node_that_takes_the_task(
 ) -> None:
     # beta's 1-GPU jobs on n1..n3 come first in victim order (most recent), then its 2-GPU job on
     # n4, which alpha's 2-GPU job needs. The walk counts b1..b3 and takes out only b4.
-    s = snapshot(
-        [node("n1", 1), node("n2", 1), node("n3", 1), node("n4", 2)],
-        [project("alpha", 5), project("beta", 0)],
-        [
-            running(train("b4", "beta", 2), "n4", (0, 1), -900),
-            running(train("b1", "beta"), "n1", (0,), -600),
-            running(train("b2", "beta"), "n2", (0,), -500),
-            running(train("b3", "beta"), "n3", (0,), -400),
-            train("a", "alpha", 2),
-        ],
-    )
+    s = alpha_needs_the_node_of_beta_s_oldest()
     removed: list[str] = []
     original = victims.Statement.remove
 
@@ -127,16 +126,12 @@ def test_the_walk_takes_out_only_victims_on_the_node_that_takes_the_task(
     assert set(removed) == {"b4"}
 
 
-@pytest.mark.parametrize("general", [False, True], ids=["walk", "general path"])
-def test_a_victim_counted_out_lowers_its_project_for_the_next_justification(
-    general: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("either_path")
+def test_a_victim_counted_out_lowers_its_project_for_the_next_justification() -> None:
     # beta holds 3 GPUs with a fair share of 1: two of its GPUs may be reclaimed. alpha's 2-GPU
     # job would need b2 and b3 on n2, but b1 (the most recent) comes first in victim order and
     # uses up one of the two: with b1 and b2 out beta is at its fair share, b3 may not be
     # taken, and nothing is evicted.
-    if general:
-        _general_path_only(monkeypatch)
     s = snapshot(
         [node("n1", 1), node("n2", 2)],
         [project("alpha", 1), project("beta", 0)],
@@ -153,16 +148,12 @@ def test_a_victim_counted_out_lowers_its_project_for_the_next_justification(
     assert _chosen(result) == ([], [])
 
 
-@pytest.mark.parametrize("general", [False, True], ids=["walk", "general path"])
-def test_work_that_fits_already_starts_without_a_victim_to_take(
-    general: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("either_path")
+def test_work_that_fits_already_starts_without_a_victim_to_take() -> None:
     # Found by the property test above. w2 (interactive: priority 100) preempts w0 for a tenth
     # of a GPU, which leaves 0.9 of that device idle; w3 (priority 90) fits there, although no
     # work of lower priority is left running to take. Before, it waited a cycle on the general
     # path (an attempt started by taking a victim out, and there was none).
-    if general:
-        _general_path_only(monkeypatch)
     s = snapshot(
         [node("n0", 5)],
         [project("p0", 0.5)],
@@ -180,12 +171,7 @@ def test_work_that_fits_already_starts_without_a_victim_to_take(
     assert binds["w3"] == "fits in capacity freed earlier in this cycle"
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    derandomize=bool(os.environ.get("CI")),
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+@_RANDOM_CLUSTERS
 @given(snapshots())
 def test_room_for_a_gang_is_never_denied_where_it_fits(s: Snapshot) -> None:
     # `fits_now` skips the placer where the capacity indexes show room for fewer tasks than the
@@ -204,6 +190,17 @@ def test_room_for_a_gang_is_never_denied_where_it_fits(s: Snapshot) -> None:
             assert victims._room_for(session, work.spec, len(gang)), work.name
 
 
+def _room_for_gang(nodes: list[Node], held: list[Workload], gpu: float, tasks: int) -> bool:
+    """`victims._room_for` of a pending gang of alpha's while beta's work `held` runs."""
+    s = snapshot(
+        nodes,
+        [project("alpha", 8), project("beta", 0)],
+        [*held, train("gang", "alpha", gpu, tasks=tasks)],
+    )
+    session = Session(s)
+    return victims._room_for(session, session.works[-1].spec, tasks)
+
+
 @pytest.mark.parametrize(
     ("free_gpus", "tasks", "gpus_per_task", "room"),
     [
@@ -217,21 +214,13 @@ def test_room_for_a_gang_is_never_denied_where_it_fits(s: Snapshot) -> None:
 def test_room_for_a_gang_counts_tasks_per_node(
     free_gpus: tuple[int, ...], tasks: int, gpus_per_task: int, room: bool
 ) -> None:
-    s = snapshot(
-        [node(f"n{i}", 8) for i in range(len(free_gpus))],
-        [project("alpha", 8), project("beta", 0)],
-        [
-            *(
-                running(train(f"b{i}", "beta", 8 - free), f"n{i}", tuple(range(8 - free)))
-                for i, free in enumerate(free_gpus)
-                if free < 8
-            ),
-            train("gang", "alpha", gpus_per_task, tasks=tasks),
-        ],
-    )
-    session = Session(s)
-    gang = session.works[-1]
-    assert victims._room_for(session, gang.spec, tasks) is room
+    held = [
+        running(train(f"b{i}", "beta", 8 - free), f"n{i}", tuple(range(8 - free)))
+        for i, free in enumerate(free_gpus)
+        if free < 8
+    ]
+    nodes = [node(f"n{i}", 8) for i in range(len(free_gpus))]
+    assert _room_for_gang(nodes, held, gpus_per_task, tasks) is room
 
 
 @pytest.mark.parametrize(
@@ -246,18 +235,7 @@ def test_room_for_a_gang_counts_tasks_per_node(
 def test_room_for_a_gang_of_fractions_counts_tasks_per_device(
     used: tuple[float, ...], tasks: int, room: bool
 ) -> None:
-    s = snapshot(
-        [node("n0", len(used))],
-        [project("alpha", 2), project("beta", 0)],
-        [
-            *(
-                running(train(f"b{d}", "beta", share), "n0", (d,))
-                for d, share in enumerate(used)
-                if share
-            ),
-            train("gang", "alpha", 0.5, tasks=tasks),
-        ],
-    )
-    session = Session(s)
-    gang = session.works[-1]
-    assert victims._room_for(session, gang.spec, tasks) is room
+    held = [
+        running(train(f"b{d}", "beta", share), "n0", (d,)) for d, share in enumerate(used) if share
+    ]
+    assert _room_for_gang([node("n0", len(used))], held, 0.5, tasks) is room

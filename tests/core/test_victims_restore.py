@@ -24,11 +24,11 @@ def _outcome(s: Snapshot) -> tuple[dict[str, tuple[str, ...]], list[str]]:
     return bound, sorted(d.workload for d in result.decisions if isinstance(d, Evict))
 
 
-def test_reclaim_puts_back_the_victims_off_the_placement() -> None:
-    # beta's work, one GPU each on n1..n3 (n3 the most recent: the first victim), and two on
-    # n4; alpha's 2-GPU job needs n4 emptied: b3 and b1, b2 (taken before the victims on n4 in
-    # victim order) are not needed.
-    s = snapshot(
+def alpha_needs_the_node_of_beta_s_oldest() -> Snapshot:
+    """beta's work, one GPU each on n1..n3 (n3 the most recent: the first victim), and two on
+    n4; alpha's 2-GPU job needs n4 emptied: b3 and b1, b2 (taken before the victims on n4 in
+    victim order) are not needed."""
+    return snapshot(
         [node("n1", 1), node("n2", 1), node("n3", 1), node("n4", 2)],
         [project("alpha", 5), project("beta", 0)],
         [
@@ -39,7 +39,10 @@ def test_reclaim_puts_back_the_victims_off_the_placement() -> None:
             train("a", "alpha", 2),
         ],
     )
-    bound, evicted = _outcome(s)
+
+
+def test_reclaim_puts_back_the_victims_off_the_placement() -> None:
+    bound, evicted = _outcome(alpha_needs_the_node_of_beta_s_oldest())
     assert bound == {"a": ("n4",)}
     assert evicted == ["b4"]
 

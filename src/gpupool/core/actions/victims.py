@@ -140,16 +140,7 @@ def evict_to_place(
             victim.state = _EVICTED
         evicted.append(_Evicted(unit, allocs, reason))
         if fits_now(ctx, work, gang):
-            _restore_unneeded(ctx, statement, evicted, work, gang)
-            _replay(statement, evicted, justify)
-            final = Statement(session, parent=statement)
-            if _place_within_policy(ctx, final, work, gang):
-                final.commit()
-                statement.commit()
-                _record(ctx, work, evicted, cause)
-                return True
-            final.rollback()
-            break
+            return _settle(ctx, statement, evicted, work, gang, justify, cause)
     statement.rollback()
     for item in evicted:
         item.unit.work.state = _RUNNING
@@ -217,22 +208,36 @@ def _evict_node_by_node(
                 )
                 for p in positions
             ]
-            _restore_unneeded(ctx, statement, evicted, work, gang)
-            _replay(statement, evicted, justify)
-            final = Statement(session, parent=statement)
-            if _place_within_policy(ctx, final, work, gang):
-                final.commit()
-                statement.commit()
-                _record(ctx, work, evicted, cause)
-                return True
-            final.rollback()
-            statement.rollback()
-            for item in evicted:
-                item.unit.work.state = _RUNNING
-            return False
+            return _settle(ctx, statement, evicted, work, gang, justify, cause)
         return False
     finally:
         walk.release()
+
+
+def _settle(
+    ctx: CycleContext,
+    statement: Statement,
+    evicted: list[_Evicted],
+    work: WorkRecord,
+    gang: list[int],
+    justify: Justify,
+    cause: EvictionCause,
+) -> bool:
+    """The work fits with `evicted` out (in `statement`): put back the victims it does not need
+    (G10), evict the rest again in order, place it; commit and record, or undo everything."""
+    _restore_unneeded(ctx, statement, evicted, work, gang)
+    _replay(statement, evicted, justify)
+    final = Statement(ctx.session, parent=statement)
+    if _place_within_policy(ctx, final, work, gang):
+        final.commit()
+        statement.commit()
+        _record(ctx, work, evicted, cause)
+        return True
+    final.rollback()
+    statement.rollback()
+    for item in evicted:
+        item.unit.work.state = _RUNNING
+    return False
 
 
 def _place_within_policy(
