@@ -12,9 +12,9 @@ whether it fits after an eviction depends on each node alone: evicting work on o
 node cannot help it onto another. Then the victims are walked *virtually*: each one's tasks are
 only counted against the nodes they run on (and its project's holdings lowered, which the
 justification of the next victim reads, as it would after a real eviction), and only when one
-of its nodes could now take the task (devices, CPU, memory: `_could_take`, a necessary condition)
+of its nodes could now take the task (devices, CPU, memory: `could_take`, a necessary condition)
 are the victims counted on that node taken out for real and the placer asked. If it fits, the
-attempt goes on as `evict_to_place` would with those victims (`victims.settle`: the unneeded
+attempt goes on as `evict_to_place` would with those victims (`victims._settle`: the unneeded
 ones back, the stayers evicted again in order, the task placed); if not, they go back and the
 walk goes on. Each attempt first asks whether the task fits already (room left over by an
 earlier eviction this cycle): then it is placed without a victim.
@@ -96,7 +96,7 @@ class VirtualVictims:
 
     def tasks_left(self, victim: WorkRecord, tasks: tuple[int, ...]) -> tuple[int, ...] | None:
         """The tasks of a unit still running and not counted out (all placed ones for an empty
-        `tasks`), or None when the unit is gone: `evict_to_place`'s checks of state and tasks."""
+        `tasks`), or None when the unit is gone (`victims._tasks_left`, with the count)."""
         taken = self._taken.get(victim.index)
         if not tasks:
             left = tuple(t for t in sorted(victim.allocs) if taken is None or t not in taken)

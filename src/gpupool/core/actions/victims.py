@@ -10,7 +10,7 @@ never fits within `max_victims_per_attempt`, nothing is evicted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import dataclass
 from typing import NamedTuple, cast
 
@@ -110,31 +110,14 @@ def evict_to_place(
     """Try to start `gang` of `work` by evicting candidates; commit and record on success.
     Work that fits already (in room an earlier eviction of the cycle left: a 4-GPU victim freed
     for a 1-GPU task) starts without a victim."""
-    if fits_now(ctx, work, gang):
-        return _start_without_victims(ctx, work, gang)
+    if fits_now(ctx, work, gang):  # `_settle` with no victim: `_record` says so
+        return _settle(ctx, Statement(ctx.session), [], work, gang, justify, cause)
     if is_local(ctx, work, gang):
         return _evict_node_by_node(ctx, work, gang, candidates, justify, cause)
-    session = ctx.session
-    statement = Statement(session)
+    statement = Statement(ctx.session)
     evicted: list[_Evicted] = []
-    limit = session.settings.max_victims_per_attempt
-    examine = _EXAMINE_FACTOR * limit
-    examined = 0
-    for unit in candidates:
-        examined += 1
-        if examined > examine or len(evicted) >= limit:
-            break
+    for unit, tasks, reason in _justified_units(ctx, candidates, evicted, justify, _tasks_left):
         victim = unit.work
-        if victim.state is not _RUNNING:
-            continue
-        tasks = unit.task_indices
-        if not tasks:
-            tasks = tuple(sorted(victim.allocs))
-        elif any(t not in victim.allocs for t in tasks):
-            continue
-        reason = justify(victim)
-        if reason is None:
-            continue
         allocs = [statement.remove(victim, t) for t in tasks]
         if not victim.allocs:
             victim.state = _EVICTED
@@ -150,14 +133,42 @@ def evict_to_place(
 _FITS_FREED = "fits in capacity freed earlier in this cycle"
 
 
-def _start_without_victims(ctx: CycleContext, work: WorkRecord, gang: list[int]) -> bool:
-    statement = Statement(ctx.session)
-    if not _place_within_policy(ctx, statement, work, gang):
-        statement.rollback()
-        return False
-    statement.commit()
-    ctx.mark_started(work, _FITS_FREED)
-    return True
+def _justified_units(
+    ctx: CycleContext,
+    candidates: Iterable[VictimUnit],
+    taken: Sized,
+    justify: Justify,
+    tasks_left: Callable[[WorkRecord, tuple[int, ...]], tuple[int, ...] | None],
+) -> Iterator[tuple[VictimUnit, tuple[int, ...], Reason]]:
+    """The candidates an attempt takes, in order, with their tasks and why: running, with tasks
+    left (`tasks_left`), justified now; within the bounds (at most `max_victims_per_attempt`
+    taken, read from `taken` as the attempt goes, and 8 times as many looked at)."""
+    limit = ctx.session.settings.max_victims_per_attempt
+    examine = _EXAMINE_FACTOR * limit
+    examined = 0
+    for unit in candidates:
+        examined += 1
+        if examined > examine or len(taken) >= limit:
+            return
+        victim = unit.work
+        if victim.state is not _RUNNING:
+            continue
+        tasks = tasks_left(victim, unit.task_indices)
+        if tasks is None:
+            continue
+        reason = justify(victim)
+        if reason is None:
+            continue
+        yield unit, tasks, reason
+
+
+def _tasks_left(victim: WorkRecord, tasks: tuple[int, ...]) -> tuple[int, ...] | None:
+    """A unit's tasks (every placed one for an empty `tasks`), or None if one is gone."""
+    if not tasks:
+        return tuple(sorted(victim.allocs))
+    if any(t not in victim.allocs for t in tasks):
+        return None
+    return tasks
 
 
 def _evict_node_by_node(
@@ -172,24 +183,12 @@ def _evict_node_by_node(
     not taken out, until one of their nodes could take it (`victim_walk`)."""
     session = ctx.session
     walk = VirtualVictims(ctx)
-    limit = session.settings.max_victims_per_attempt
-    examine = _EXAMINE_FACTOR * limit
-    examined = 0
     spec = work.spec
     try:
-        for unit in candidates:
-            examined += 1
-            if examined > examine or len(walk) >= limit:
-                break
+        for unit, tasks, reason in _justified_units(
+            ctx, candidates, walk, justify, walk.tasks_left
+        ):
             victim = unit.work
-            if victim.state is not _RUNNING:
-                continue
-            tasks = walk.tasks_left(victim, unit.task_indices)
-            if tasks is None:
-                continue
-            reason = justify(victim)
-            if reason is None:
-                continue
             nodes = [n for n in walk.count(unit, victim, tasks, reason) if walk.could_take(spec, n)]
             if not nodes:
                 continue
