@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import operator
+from collections.abc import Iterator
 
 from gpupool.core.actions.allocate import (
     ShapeKey,
@@ -216,16 +217,32 @@ def _reclaim_for(
         eligible = {
             p for p in projects if _justified(ctx, p, path, guards, kinds, sides) is not None
         }
-        # Victims evicted earlier in this cycle are passed over here rather than counted
-        # against the per-attempt bound on candidates examined.
-        candidates = (u for u in victims if u.work.project in eligible and u.work.state is _RUNNING)
+        # A project turned down once stays so until the attempt ends (`evict_to_place`):
+        # once every eligible one is, the scan stops (a long victim list after the one or two
+        # projects it could take from).
+        turned_down: set[int] = set()
+        candidates = _while_any_left(victims, eligible, turned_down)
 
         def justify(victim: WorkRecord, kinds: tuple[int, ...] = kinds) -> Reason | None:
             return _justify(ctx, victim.project, work, path, guards, kinds, sides)
 
-        if evict_to_place(ctx, work, gang, candidates, justify, EvictionCause.RECLAIM):
+        if evict_to_place(ctx, work, gang, candidates, justify, EvictionCause.RECLAIM, turned_down):
             return True
     return False
+
+
+def _while_any_left(
+    victims: list[VictimUnit], eligible: set[int], turned_down: set[int]
+) -> Iterator[VictimUnit]:
+    """The running units of `eligible` projects, in victim order, until every one of them is
+    `turned_down`. Victims evicted earlier in this cycle are passed over here rather than
+    counted against the per-attempt bound on candidates examined."""
+    for unit in victims:
+        work = unit.work
+        if work.project in eligible and work.state is _RUNNING:
+            if len(turned_down) >= len(eligible):  # `turned_down` holds eligible ones only
+                return
+            yield unit
 
 
 def _nothing_below(ctx: CycleContext, department: int) -> str:

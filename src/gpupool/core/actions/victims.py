@@ -89,7 +89,9 @@ Reason = Callable[[], str]
 of an attempt are put back, and their reasons would be formatted for nothing)."""
 Justify = Callable[[WorkRecord], Reason | None]
 """Returns why evicting this victim's unit is allowed now, or None if it is not. What the
-reason says is fixed when `justify` is called."""
+reason says is fixed when `justify` is called. It reads the victim's project and the holdings:
+while an attempt looks for victims they only go down (victims go out, or are counted out), and
+a project turned down once is not asked again in that attempt."""
 
 
 @dataclass(slots=True)
@@ -106,17 +108,24 @@ def evict_to_place(
     candidates: Iterable[VictimUnit],
     justify: Justify,
     cause: EvictionCause,
+    turned_down: set[int] | None = None,
 ) -> bool:
     """Try to start `gang` of `work` by evicting candidates; commit and record on success.
     Work that fits already (in room an earlier eviction of the cycle left: a 4-GPU victim freed
-    for a 1-GPU task) starts without a victim."""
+    for a 1-GPU task) starts without a victim. `turned_down`, where given, is filled with the
+    projects whose work `justify` turned down in this attempt: `candidates` may stop once it
+    holds every project they offer."""
     if fits_now(ctx, work, gang):  # `_settle` with no victim: `_record` says so
         return _settle(ctx, Statement(ctx.session), [], work, gang, justify, cause)
+    if turned_down is None:
+        turned_down = set()
     if is_local(ctx, work, gang):
-        return _evict_node_by_node(ctx, work, gang, candidates, justify, cause)
+        return _evict_node_by_node(ctx, work, gang, candidates, justify, cause, turned_down)
     statement = Statement(ctx.session)
     evicted: list[_Evicted] = []
-    for unit, tasks, reason in _justified_units(ctx, candidates, evicted, justify, _tasks_left):
+    for unit, tasks, reason in _justified_units(
+        ctx, candidates, evicted, justify, _tasks_left, turned_down
+    ):
         victim = unit.work
         allocs = [statement.remove(victim, t) for t in tasks]
         if not victim.allocs:
@@ -139,10 +148,13 @@ def _justified_units(
     taken: Sized,
     justify: Justify,
     tasks_left: Callable[[WorkRecord, tuple[int, ...]], tuple[int, ...] | None],
+    turned_down: set[int],
 ) -> Iterator[tuple[VictimUnit, tuple[int, ...], Reason]]:
     """The candidates an attempt takes, in order, with their tasks and why: running, with tasks
     left (`tasks_left`), justified now; within the bounds (at most `max_victims_per_attempt`
-    taken, read from `taken` as the attempt goes, and 8 times as many looked at)."""
+    taken, read from `taken` as the attempt goes, and 8 times as many looked at). A project
+    `justify` turned down goes into `turned_down`, and its later units are passed over
+    unasked (they still count as looked at)."""
     limit = ctx.session.settings.max_victims_per_attempt
     examine = _EXAMINE_FACTOR * limit
     examined = 0
@@ -151,13 +163,14 @@ def _justified_units(
         if examined > examine or len(taken) >= limit:
             return
         victim = unit.work
-        if victim.state is not _RUNNING:
+        if victim.state is not _RUNNING or victim.project in turned_down:
             continue
         tasks = tasks_left(victim, unit.task_indices)
         if tasks is None:
             continue
         reason = justify(victim)
         if reason is None:
+            turned_down.add(victim.project)
             continue
         yield unit, tasks, reason
 
@@ -178,6 +191,7 @@ def _evict_node_by_node(
     candidates: Iterable[VictimUnit],
     justify: Justify,
     cause: EvictionCause,
+    turned_down: set[int],
 ) -> bool:
     """`evict_to_place` for work whose fit depends on each node alone: the victims are counted,
     not taken out, until one of their nodes could take it (`victim_walk`)."""
@@ -186,7 +200,7 @@ def _evict_node_by_node(
     spec = work.spec
     try:
         for unit, tasks, reason in _justified_units(
-            ctx, candidates, walk, justify, walk.tasks_left
+            ctx, candidates, walk, justify, walk.tasks_left, turned_down
         ):
             victim = unit.work
             nodes = [n for n in walk.count(unit, victim, tasks, reason) if walk.could_take(spec, n)]
