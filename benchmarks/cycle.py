@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/cycle.py --gc on       # with the collector running (default: off,
                                                        # as the server loop runs a cycle)
     .venv/bin/python benchmarks/cycle.py --clock cpu   # process CPU time (a shared machine)
+    .venv/bin/python benchmarks/cycle.py --settled     # a settled cluster's cycle (see below)
 
 For each size the snapshot comes from `cycle_bench.workload.build_snapshot` (not timed); then
 `gpupool.core.cycle.run_cycle` runs `--repeat` times on it, with an observer that reads
@@ -13,6 +14,11 @@ time, which other work on a shared machine disturbs less), and the median of eac
 reported; the line under the table gives every repeat's total and the best. After the timed
 runs the decisions are checked for consistency (not timed): every decision names a workload in a
 state it can apply to, and the snapshot after the decisions passes `validate_snapshot`.
+
+With `--settled` the snapshot is first run to rest, untimed: each cycle's decisions are applied
+as a driver would (the clock 30 s on each time) until a cycle makes none, at most 60 cycles;
+the timed cycle is then the one a loaded server runs most often: nothing to start or evict,
+the rest of the queue answered (fewer pending, more running than the generated snapshot).
 
 Targets (issue 13): a 1,000-node cycle in at most 100 ms, a 10,000-node one in at most 1 s, and
 no worse than linear: at most 10x the time per 10x the nodes, in at most 2 GB of memory: the
@@ -97,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
         help="what the times measure: wall time, or the process's CPU time (steadier on a "
         "shared machine; default: wall)",
     )
+    parser.add_argument(
+        "--settled",
+        action="store_true",
+        help="time the cycle of a settled cluster: the generated snapshot's cycles applied one"
+        " after the other (30 s apart, not timed) until one makes no decision",
+    )
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
     args = parser.parse_args(argv)
     if args.repeat < 1:
@@ -128,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.placement,
                     args.tracemalloc,
                     args.clock,
+                    args.settled,
                 )
             )
 

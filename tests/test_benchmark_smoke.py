@@ -170,3 +170,20 @@ def test_one_cycle_makes_consistent_decisions(nodes: int, seed: int) -> None:
         if not w.is_running and w.name not in started:
             assert result.pending_reasons.get(w.name), w.name
     assert set(result.pending_reasons) <= set(by_name)
+
+
+def test_settling_runs_the_cluster_to_rest() -> None:
+    # `benchmarks/cycle.py --settled`: the timed cycle is one that changes nothing.
+    from cycle_bench.measure import SETTLE_MAX_CYCLES, settle
+
+    from gpupool.core.cycle import run_cycle
+
+    snapshot = build_snapshot(30, SEED)
+    settled, applied = settle(snapshot, run_cycle)
+    assert 0 < applied < SETTLE_MAX_CYCLES  # the generated cluster has work to start
+    assert validate_snapshot(settled) == []
+    assert run_cycle(settled).decisions == ()
+    assert settled.now_s > snapshot.now_s
+    assert sum(1 for w in settled.workloads if w.placements) > sum(
+        1 for w in snapshot.workloads if w.placements
+    )

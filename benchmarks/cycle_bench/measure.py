@@ -97,10 +97,35 @@ class SizeResult:
     this size was measured: snapshot and cycles together, and a peak over the whole run so far
     (sizes are measured in the order given, so in ascending order it is this size's). None
     where `resource` is missing (Windows)."""
+    settled_after: int | None = None
+    """With `--settled`: how many cycles were run and applied to the snapshot before the timed
+    ones (until one made no decision, at most `SETTLE_MAX_CYCLES`); None for the snapshot as
+    generated."""
     cycle_peak_mib: float | None = None
     """With `--tracemalloc`: the peak of Python allocations during one more (untimed) cycle,
     above what was allocated when it began (`tracemalloc.get_traced_memory`); the cycle's own
     memory, the snapshot left out."""
+
+
+SETTLE_MAX_CYCLES = 60
+SETTLE_STEP_S = 30
+"""`--settled`: cycles applied one after the other, the clock moved this far between them (the
+server's loop runs one every few seconds; min runtimes end as they would)."""
+
+
+def settle(snapshot: Snapshot, run_cycle: RunCycle) -> tuple[Snapshot, int]:
+    """The cluster once its cycles stop changing it: each cycle's decisions applied as a driver
+    would, until a cycle makes none (at most `SETTLE_MAX_CYCLES`). Returns the snapshot and the
+    number of cycles applied. The cycle a loaded server runs most: nothing to start, nothing to
+    evict, a long queue to answer."""
+    for applied in range(SETTLE_MAX_CYCLES):
+        decisions = run_cycle(snapshot).decisions
+        if not decisions:
+            return snapshot, applied
+        snapshot = dataclasses.replace(
+            apply_decisions(snapshot, decisions), now_s=snapshot.now_s + SETTLE_STEP_S
+        )
+    return snapshot, SETTLE_MAX_CYCLES
 
 
 GC_MODES = ("on", "freeze", "off")
@@ -117,6 +142,7 @@ def measure(
     placement: str = "binpack",
     trace_memory: bool = False,
     clock: str = "wall",
+    settled: bool = False,
 ) -> SizeResult:
     now = CLOCKS[clock]
     t0 = time.perf_counter()
@@ -124,6 +150,9 @@ def measure(
     snapshot = dataclasses.replace(
         snapshot, settings=dataclasses.replace(snapshot.settings, placement=placement)
     )
+    settled_after = None
+    if settled:
+        snapshot, settled_after = settle(snapshot, run_cycle)
     generate_s = time.perf_counter() - t0
     stats = snapshot_stats(snapshot)
 
@@ -171,6 +200,7 @@ def measure(
         problems=problems,
         peak_rss_mib=peak_rss_mib(),
         cycle_peak_mib=cycle_peak_mib,
+        settled_after=settled_after,
     )
 
 

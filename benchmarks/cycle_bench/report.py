@@ -124,9 +124,10 @@ def render(
     clock: str = "wall",
 ) -> None:
     what = "CPU ms" if clock == "cpu" else "ms"
+    settled = any(r.settled_after is not None for r in results)
     title = (
-        f"gpupool: one scheduling cycle, {what} (median of {repeat}, seed {seed}, "
-        f"gc {gc_mode}, core {core_build()})"
+        f"gpupool: one scheduling cycle{' of a settled cluster' if settled else ''}, {what}"
+        f" (median of {repeat}, seed {seed}, gc {gc_mode}, core {core_build()})"
     )
     goals = targets(results)
     ladder = steps(results)
@@ -172,7 +173,13 @@ def render(
         console.print(
             f"[dim]{r.nodes:,} nodes: generated in {r.generate_s:.2f} s; totals "
             f"{', '.join(_ms(t) for t in r.totals_ms)} {what} (best {_ms(min(r.totals_ms))}); "
-            f"{r.still_pending:,} still pending[/dim]"
+            f"{r.still_pending:,} still pending"
+            + (
+                ""
+                if r.settled_after is None
+                else f"; settled: {r.settled_after} cycles applied before the timed ones"
+            )
+            + "[/dim]"
         )
         if r.problems:
             console.print(f"[red]{r.nodes:,} nodes: inconsistent decisions:[/red]")
