@@ -1,12 +1,15 @@
 """Evicting for one task node by node (`actions.victim_walk`): the victims are counted, not taken
 out, until one of their nodes could take the task; only then are the victims counted there
 evicted for real and the placer asked. It must choose what taking every victim out in turn
-(`victims.evict_to_place`'s general path) chooses: the same evictions and the same work started.
+(`victims.evict_to_place`'s general path) chooses: the same evictions and the same work started,
+wherever the general path's bound on victims taken out does not stop it first (the walk counts
+further, which a test below shows).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -239,3 +242,53 @@ def test_room_for_a_gang_of_fractions_counts_tasks_per_device(
         running(train(f"b{d}", "beta", share), "n0", (d,)) for d, share in enumerate(used) if share
     ]
     assert _room_for_gang([node("n0", len(used))], held, 0.5, tasks) is room
+
+
+@pytest.mark.parametrize(
+    ("limit", "held", "pending", "local"),
+    [
+        (None, 2, train("w", "alpha", 2), True),  # no limit
+        (8, 2, train("w", "alpha", 2), True),  # a limit it stays within
+        (8, 6, train("w", "alpha", 2), True),  # exactly at it once placed
+        (8, 7, train("w", "alpha", 2), False),  # evicting its own work could make room
+        (8, 2, train("w", "alpha", gpu=None, gpu_memory_mib=40960), False),  # charge unknown
+        (8, 2, train("w", "alpha", 1, tasks=2), False),  # a gang
+    ],
+)
+def test_work_under_a_limit_it_stays_within_is_walked(
+    limit: float | None, held: int, pending: Workload, local: bool
+) -> None:
+    s = snapshot(
+        [node("n1", 8)],
+        [project("alpha", 4, limit=limit)],
+        [running(train("r", "alpha", held), "n1", tuple(range(held))), pending],
+    )
+    session = Session(s)
+    ctx = CycleContext(session, Placer(session, cycle_typical([pending], 81920)))
+    work = session.works[1]
+    gang, _extras = ctx.tasks_to_start(work)
+    assert victims.is_local(ctx, work, gang) is local
+
+
+def test_the_walk_counts_past_the_victims_an_attempt_may_take_out() -> None:
+    # Bound: 2 victims per attempt. beta's three most recent victims are halves of devices shared
+    # with gamma (in quota, not victims): none frees a device. Its oldest, a whole GPU on n4,
+    # does. Taking each out in turn stops after two; counting goes on to the fourth.
+    s = snapshot(
+        [node(f"n{i}", 1) for i in range(1, 5)],
+        [project("alpha", 2.5), project("beta", 0), project("gamma", 1.5)],
+        [
+            *(running(train(f"g{i}", "gamma", 0.5), f"n{i}", (0,), -50) for i in range(1, 4)),
+            *(running(train(f"b{i}", "beta", 0.5), f"n{i}", (0,), -100 * i) for i in range(1, 4)),
+            running(train("b-whole", "beta"), "n4", (0,), -9000),
+            train("a1", "alpha"),
+        ],
+    )
+    s = replace(s, settings=replace(s.settings, max_victims_per_attempt=2))
+    result = run_cycle(s)
+    check_decisions(s, result)
+    assert [d.workload for d in result.decisions if isinstance(d, Evict)] == ["b-whole"]
+    assert [d.workload for d in result.decisions if isinstance(d, Bind)] == ["a1"]
+    with pytest.MonkeyPatch.context() as patch:
+        _general_path_only(patch)
+        assert run_cycle(s).decisions == ()  # the bound: a1 waits

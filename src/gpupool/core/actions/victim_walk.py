@@ -7,21 +7,24 @@ every victim the placement does not need. Victims come in victim order, not by n
 attempt takes out and puts back tens of them for the one or two that stay out: most of the cost
 of reclaim and preempt.
 
-Where the pending workload is one task with no limit on its project's path (`is_local`),
-whether it fits after an eviction depends on each node alone: evicting work on one
-node cannot help it onto another. Then the victims are walked *virtually*: each one's tasks are
-only counted against the nodes they run on (and its project's holdings lowered, which the
-justification of the next victim reads, as it would after a real eviction), and only when one
-of its nodes could now take the task (devices, CPU, memory: `could_take`, a necessary condition)
-are the victims counted on that node taken out for real and the placer asked. If it fits, the
-attempt goes on as `evict_to_place` would with those victims (`victims._settle`: the unneeded
-ones back, the stayers evicted again in order, the task placed); if not, they go back and the
-walk goes on. Each attempt first asks whether the task fits already (room left over by an
-earlier eviction this cycle): then it is placed without a victim.
+Where the pending workload is one task with no limit on its project's path that it would
+exceed (`is_local`), whether it fits after an eviction depends on each node alone: evicting
+work on one node cannot help it onto another. Then the victims are walked *virtually*: each
+one's tasks are only counted against the nodes they run on (and its project's holdings lowered,
+which the justification of the next victim reads, as it would after a real eviction), and only
+when one of its nodes could now take the task (devices, CPU, memory: `could_take`, a necessary
+condition) are the victims counted on that node taken out for real and the placer asked. If
+it fits, the attempt goes on as `evict_to_place` would with those victims (`victims._settle`:
+the unneeded ones back, the stayers evicted again in order, the task placed); if not, they go
+back and the walk goes on. Each attempt first asks whether the task fits already (room left
+over by an earlier eviction this cycle): then it is placed without a victim.
 
 The victims chosen are those `evict_to_place` would choose (the first prefix of the victim order
 after which the task fits, less the victims its placement does not need), but the session's
-buckets see fewer changes, so later ties between equal nodes may break otherwise.
+buckets see fewer changes, so later ties between equal nodes may break otherwise. Counting
+changes nothing in the session, so the walk counts as many victims as an attempt looks at (8
+times `max_victims_per_attempt`), where taking each out stops at `max_victims_per_attempt`:
+in a large cluster the first prefix that frees a device is often longer than that.
 """
 
 from __future__ import annotations
@@ -32,16 +35,23 @@ from gpupool.core.records import TaskAlloc, WorkRecord, WorkState
 from gpupool.core.statement import Statement
 
 _WHOLE = GpuRequestKind.WHOLE
+_MEMORY = GpuRequestKind.MEMORY
 _RUNNING = WorkState.RUNNING
 _EVICTED = WorkState.EVICTED
 
 
 def is_local(ctx: CycleContext, work: WorkRecord, gang: list[int]) -> bool:
     """One task to place, and no limit that evicting work elsewhere could bring it under:
-    whether it fits depends on each node alone. (Victims are preemptible, so evicting them
-    leaves the non-preemptible holdings that G3 checks a non-preemptible workload against as
-    they are.)"""
-    return len(gang) == 1 and not ctx.limit_levels(work.project)
+    whether it fits depends on each node alone. A limit the task stays within already does not
+    count (evictions only lower holdings), unless the task asks for GPU memory: its charge is
+    known only once a device is chosen (the ask is a lower bound). (Victims are preemptible, so
+    evicting them leaves the non-preemptible holdings that G3 checks a non-preemptible workload
+    against as they are.)"""
+    if len(gang) != 1:
+        return False
+    if not ctx.limit_levels(work.project):
+        return True
+    return work.spec.gpu.kind is not _MEMORY and not ctx.over_limit(work, ctx.ask(work, 1))
 
 
 class Counted:

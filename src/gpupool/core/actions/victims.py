@@ -123,8 +123,9 @@ def evict_to_place(
         return _evict_node_by_node(ctx, work, gang, candidates, justify, cause, turned_down)
     statement = Statement(ctx.session)
     evicted: list[_Evicted] = []
+    limit = ctx.session.settings.max_victims_per_attempt
     for unit, tasks, reason in _justified_units(
-        ctx, candidates, evicted, justify, _tasks_left, turned_down
+        ctx, candidates, evicted, justify, _tasks_left, turned_down, limit
     ):
         victim = unit.work
         allocs = [statement.remove(victim, t) for t in tasks]
@@ -149,14 +150,14 @@ def _justified_units(
     justify: Justify,
     tasks_left: Callable[[WorkRecord, tuple[int, ...]], tuple[int, ...] | None],
     turned_down: set[int],
+    limit: int,
 ) -> Iterator[tuple[VictimUnit, tuple[int, ...], Reason]]:
     """The candidates an attempt takes, in order, with their tasks and why: running, with tasks
-    left (`tasks_left`), justified now; within the bounds (at most `max_victims_per_attempt`
-    taken, read from `taken` as the attempt goes, and 8 times as many looked at). A project
+    left (`tasks_left`), justified now; within the bounds (at most `limit` taken, read from
+    `taken` as the attempt goes, and 8 times `max_victims_per_attempt` looked at). A project
     `justify` turned down goes into `turned_down`, and its later units are passed over
     unasked (they still count as looked at)."""
-    limit = ctx.session.settings.max_victims_per_attempt
-    examine = _EXAMINE_FACTOR * limit
+    examine = _EXAMINE_FACTOR * ctx.session.settings.max_victims_per_attempt
     examined = 0
     for unit in candidates:
         examined += 1
@@ -194,19 +195,28 @@ def _evict_node_by_node(
     turned_down: set[int],
 ) -> bool:
     """`evict_to_place` for work whose fit depends on each node alone: the victims are counted,
-    not taken out, until one of their nodes could take it (`victim_walk`)."""
+    not taken out, until one of their nodes could take it (`victim_walk`).
+
+    Counting costs no session change, so the walk counts as many victims as an attempt looks
+    at (8 times `max_victims_per_attempt`); at most `max_victims_per_attempt` are taken out
+    at once. In a large cluster the most recent victims are scattered over thousands of
+    nodes: stopping after 64 of them, as taking each out does, found no device for a whole
+    GPU, and reclaim stalled with projects far below their quota (10,000 nodes)."""
     session = ctx.session
     walk = VirtualVictims(ctx)
     spec = work.spec
+    limit = ctx.session.settings.max_victims_per_attempt
     try:
         for unit, tasks, reason in _justified_units(
-            ctx, candidates, walk, justify, walk.tasks_left, turned_down
+            ctx, candidates, walk, justify, walk.tasks_left, turned_down, _EXAMINE_FACTOR * limit
         ):
             victim = unit.work
             nodes = [n for n in walk.count(unit, victim, tasks, reason) if walk.could_take(spec, n)]
             if not nodes:
                 continue
             positions = walk.positions_on(nodes)
+            if len(positions) > limit:
+                continue
             statement = Statement(session)
             walk.take_out(statement, positions)
             if not fits_now(ctx, work, gang):
