@@ -17,6 +17,7 @@ import pytest
 
 from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import Bind, Evict
+from gpupool.core.model import Workload
 
 from .helpers import node, project, running, snapshot, train
 
@@ -74,3 +75,58 @@ def test_reclaim_does_not_spend_its_budget_on_a_shape_that_cannot_fit(row: Row) 
     else:
         assert bound == set() and evicted == []
         assert _BOUNDED in result.pending_reasons["small"]
+
+
+# One task walked node by node: when no node has, or would have with every victim the attempt
+# could count out, the devices for it, the shape fails with any CPU and memory, and work of the
+# shape needing less of them is not tried again either. Where devices were found but CPU was
+# short, work needing less CPU is still tried. Budget: two attempts; "half" (0.5 GPU) reclaims
+# with the second one if it is left.
+
+
+def _halves(cpu_per_half: int) -> list[Workload]:
+    # n1..n3: one GPU each, shared by gamma (in quota) and beta (no quota): evicting beta frees
+    # half a device, never a whole one.
+    return [
+        *(
+            running(train(f"g{i}", "gamma", 0.5, cpu_milli=cpu_per_half), f"n{i}", (0,), -600)
+            for i in range(1, 4)
+        ),
+        *(
+            running(train(f"b{i}", "beta", 0.5, cpu_milli=cpu_per_half), f"n{i}", (0,), -100 * i)
+            for i in range(1, 4)
+        ),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("short_of", "second_tried"), [("devices", False), ("cpu", True)], ids=["devices", "cpu"]
+)
+def test_a_shape_short_of_devices_is_not_tried_with_less_cpu(
+    short_of: str, second_tried: bool
+) -> None:
+    nodes = [node(f"n{i}", 1, cpu_milli=16000) for i in range(1, 4)]
+    held = _halves(2000)
+    if short_of == "cpu":  # n4's whole GPU is beta's: it frees a device, but 6 CPUs only
+        nodes.append(node("n4", 1, cpu_milli=6000))
+        held.append(running(train("b-whole", "beta", cpu_milli=2000), "n4", (0,), -50))
+    s = snapshot(
+        nodes,
+        [project("alpha", 1.5), project("beta", 0), project("gamma", 1.5)],
+        [
+            *held,
+            train("one", "alpha", cpu_milli=8000),
+            train("one-less-cpu", "alpha", cpu_milli=4000),
+            train("half", "alpha", 0.5),
+        ],
+    )
+    s = replace(s, settings=replace(s.settings, max_reclaim_attempts_per_cycle=2))
+    result = run_cycle(s)
+    bound = {d.workload for d in result.decisions if isinstance(d, Bind)}
+    evicted = {d.workload for d in result.decisions if isinstance(d, Evict)}
+    if second_tried:  # it fits on n4 once b-whole is out; "half" finds the budget spent
+        assert bound == {"one-less-cpu"} and evicted == {"b-whole"}
+        assert _BOUNDED in result.pending_reasons["half"]
+    else:
+        assert bound == {"half"} and len(evicted) == 1 and evicted < {"b1", "b2", "b3"}
+        assert _BOUNDED not in result.pending_reasons["one-less-cpu"]

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 
 from gpupool.core.actions import reclaim
-from gpupool.core.actions.victims import Justify, VictimUnit, evict_to_place
+from gpupool.core.actions.victims import Attempt, Justify, VictimUnit, evict_to_place
 from gpupool.core.context import CycleContext
 from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import EvictionCause
@@ -106,9 +106,14 @@ def test_passing_over_turned_down_projects_decides_the_same(s: Snapshot) -> None
         candidates: Iterable[VictimUnit],
         justify: Justify,
         cause: EvictionCause,
-        turned_down: set[int] | None = None,
+        attempt: Attempt | None = None,
     ) -> bool:
-        return evict_to_place(ctx, work, gang, candidates, justify, cause, _Forgetful())
+        forgetful = Attempt()
+        forgetful.turned_down = _Forgetful()
+        started = evict_to_place(ctx, work, gang, candidates, justify, cause, forgetful)
+        if attempt is not None:
+            attempt.short_of_devices = forgetful.short_of_devices
+        return started
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(reclaim, "evict_to_place", asking_every_unit)

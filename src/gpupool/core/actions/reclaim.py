@@ -39,6 +39,7 @@ from gpupool.core.actions.allocate import (
     without_cpu_memory,
 )
 from gpupool.core.actions.victims import (
+    Attempt,
     Reason,
     VictimUnit,
     can_be_victim,
@@ -178,12 +179,17 @@ def reclaim(ctx: CycleContext) -> None:
         ]
         nothing = _NOTHING_TO_RECLAIM if scope is None else _nothing_below(ctx, scope)
         gang, extras = ctx.tasks_to_start(work)
-        if _reclaim_for(ctx, work, gang, victims, inside, path, guards):
+        started, short_of_devices = _reclaim_for(ctx, work, gang, victims, inside, path, guards)
+        if started:
             ctx.place_extras(work, extras)
         else:
             if key is None:
                 key = (project, without_cpu_memory(pending_shape_key(ctx, work, gang_size)))
-            failed.setdefault(key, []).append((spec.cpu_milli, spec.memory_mib))
+            # Short of devices with every victim it could count: the shape fails with any CPU
+            # and memory (recorded as needing none).
+            failed.setdefault(key, []).append(
+                (0, 0) if short_of_devices else (spec.cpu_milli, spec.memory_mib)
+            )
             failed_projects.add(project)
             _append_reason(ctx, work, nothing)
 
@@ -201,13 +207,15 @@ def _reclaim_for(
     projects: list[int],
     path: tuple[int, ...],
     guards: dict[int, set[int]],
-) -> bool:
+) -> tuple[bool, bool]:
     """Evict victims of `projects` to start `gang`: first only what G4's fairness bar
     justifies, so that no victim's project goes below its fair share and reclaims in turn (an
     eviction more, a cycle later); only if that does not make it fit, also what the quota bar
-    justifies (a quota is a guarantee even where fairness alone cannot make room)."""
+    justifies (a quota is a guarantee even where fairness alone cannot make room).
+    Returns (started, short of devices in every pass: `Attempt.short_of_devices`)."""
     options: tuple[tuple[int, ...], ...] = ((_FAIR,), (_FAIR, _QUOTA))
     sides: Sides = {}
+    short_of_devices = True
     passes = [
         kinds
         for kinds in options
@@ -220,15 +228,16 @@ def _reclaim_for(
         # A project turned down once stays so until the attempt ends (`evict_to_place`):
         # once every eligible one is, the scan stops (a long victim list after the one or two
         # projects it could take from).
-        turned_down: set[int] = set()
-        candidates = _while_any_left(victims, eligible, turned_down)
+        attempt = Attempt()
+        candidates = _while_any_left(victims, eligible, attempt.turned_down)
 
         def justify(victim: WorkRecord, kinds: tuple[int, ...] = kinds) -> Reason | None:
             return _justify(ctx, victim.project, work, path, guards, kinds, sides)
 
-        if evict_to_place(ctx, work, gang, candidates, justify, EvictionCause.RECLAIM, turned_down):
-            return True
-    return False
+        if evict_to_place(ctx, work, gang, candidates, justify, EvictionCause.RECLAIM, attempt):
+            return True, False
+        short_of_devices = short_of_devices and attempt.short_of_devices
+    return False, short_of_devices and bool(passes)
 
 
 def _while_any_left(

@@ -35,6 +35,7 @@ from gpupool.core.records import TaskAlloc, WorkRecord, WorkState
 from gpupool.core.statement import Statement
 
 _WHOLE = GpuRequestKind.WHOLE
+_FRACTION = GpuRequestKind.FRACTION
 _MEMORY = GpuRequestKind.MEMORY
 _RUNNING = WorkState.RUNNING
 _EVICTED = WorkState.EVICTED
@@ -175,6 +176,42 @@ class VirtualVictims:
         room = MILLI_PER_GPU - need
         """Most a device may have in use to take the task."""
         return any(u - back.get(d, 0) <= room for d, u in enumerate(used))
+
+    def devices_anywhere(self, spec: Workload) -> bool:
+        """Whether some node has, or would have with the victims counted on it out, the devices
+        for one task of `spec`, CPU and memory aside: the devices for `could_take`, on every
+        node. Always true for a GPU-memory request (what it takes depends on the device)."""
+        s = self._session
+        request = spec.gpu
+        kind = request.kind
+        if kind is _WHOLE:
+            need = request.amount
+            if any(s.nodes_by_empty[need:]):
+                return True
+            for node, freed in self._by_node.items():
+                used = s.device_used[node]
+                empty = s.empty_count[node]
+                for device, milli in freed.devices.items():
+                    if used[device] and used[device] == milli:  # emptied by the victims
+                        empty += 1
+                if empty >= need:
+                    return True
+            return False
+        if kind is not _FRACTION:
+            return True
+        room = MILLI_PER_GPU - request.amount
+        """Most a device may have in use to take the task."""
+        if any(s.nodes_by_empty[1:]):
+            return True
+        keys = s.shared_free_keys
+        if keys and MILLI_PER_GPU - keys[-1] <= room:
+            return True
+        for node, freed in self._by_node.items():
+            used = s.device_used[node]
+            for device, milli in freed.devices.items():
+                if used[device] - milli <= room:
+                    return True
+        return False
 
     def positions_on(self, nodes: list[int]) -> list[int]:
         """Positions of the units with a task on any of `nodes`, in walk order."""

@@ -94,6 +94,21 @@ while an attempt looks for victims they only go down (victims go out, or are cou
 a project turned down once is not asked again in that attempt."""
 
 
+class Attempt:
+    """What one eviction attempt found, for its caller (reclaim's cache of failed shapes)."""
+
+    __slots__ = ("short_of_devices", "turned_down")
+
+    def __init__(self) -> None:
+        self.turned_down: set[int] = set()
+        """The projects whose work `justify` turned down: the caller's candidates may stop once
+        it holds every project they offer."""
+        self.short_of_devices = False
+        """Set when the attempt failed with no node that has, or would have with the victims
+        counted on it out, the devices for the task (one task walked node by node, a whole-GPU
+        or fractional request): the same request with less CPU or memory fails too."""
+
+
 @dataclass(slots=True)
 class _Evicted:
     unit: VictimUnit
@@ -108,19 +123,19 @@ def evict_to_place(
     candidates: Iterable[VictimUnit],
     justify: Justify,
     cause: EvictionCause,
-    turned_down: set[int] | None = None,
+    attempt: Attempt | None = None,
 ) -> bool:
     """Try to start `gang` of `work` by evicting candidates; commit and record on success.
     Work that fits already (in room an earlier eviction of the cycle left: a 4-GPU victim freed
-    for a 1-GPU task) starts without a victim. `turned_down`, where given, is filled with the
-    projects whose work `justify` turned down in this attempt: `candidates` may stop once it
-    holds every project they offer."""
+    for a 1-GPU task) starts without a victim. `attempt`, where given, says what the attempt
+    found (`Attempt`)."""
     if fits_now(ctx, work, gang):  # `_settle` with no victim: `_record` says so
         return _settle(ctx, Statement(ctx.session), [], work, gang, justify, cause)
-    if turned_down is None:
-        turned_down = set()
+    if attempt is None:
+        attempt = Attempt()
+    turned_down = attempt.turned_down
     if is_local(ctx, work, gang):
-        return _evict_node_by_node(ctx, work, gang, candidates, justify, cause, turned_down)
+        return _evict_node_by_node(ctx, work, gang, candidates, justify, cause, attempt)
     statement = Statement(ctx.session)
     evicted: list[_Evicted] = []
     limit = ctx.session.settings.max_victims_per_attempt
@@ -192,7 +207,7 @@ def _evict_node_by_node(
     candidates: Iterable[VictimUnit],
     justify: Justify,
     cause: EvictionCause,
-    turned_down: set[int],
+    attempt: Attempt,
 ) -> bool:
     """`evict_to_place` for work whose fit depends on each node alone: the victims are counted,
     not taken out, until one of their nodes could take it (`victim_walk`).
@@ -208,7 +223,13 @@ def _evict_node_by_node(
     limit = ctx.session.settings.max_victims_per_attempt
     try:
         for unit, tasks, reason in _justified_units(
-            ctx, candidates, walk, justify, walk.tasks_left, turned_down, _EXAMINE_FACTOR * limit
+            ctx,
+            candidates,
+            walk,
+            justify,
+            walk.tasks_left,
+            attempt.turned_down,
+            _EXAMINE_FACTOR * limit,
         ):
             victim = unit.work
             nodes = [n for n in walk.count(unit, victim, tasks, reason) if walk.could_take(spec, n)]
@@ -232,6 +253,7 @@ def _evict_node_by_node(
                 for p in positions
             ]
             return _settle(ctx, statement, evicted, work, gang, justify, cause)
+        attempt.short_of_devices = not walk.devices_anywhere(spec)
         return False
     finally:
         walk.release()
