@@ -15,7 +15,7 @@ from typing import cast
 from rich.console import Console
 from rich.table import Table
 
-from cycle_bench.measure import SizeResult, core_build
+from cycle_bench.measure import SETTLE_MAX_CYCLES, SizeResult, core_build
 from gpupool.core.observer import PHASES
 
 TARGET_1K_MS = 100.0
@@ -178,6 +178,7 @@ def render(
                 ""
                 if r.settled_after is None
                 else f"; settled: {r.settled_after} cycles applied before the timed ones"
+                + (" (the cap: not at rest)" if r.settled_after >= SETTLE_MAX_CYCLES else "")
             )
             + "[/dim]"
         )

@@ -122,6 +122,10 @@ NOT_RUN: dict[str, str] = {
         "minutes at 10,000 nodes; the README's `benchmarks/cycle.py --nodes 100` runs, and "
         "tests/test_benchmark_smoke.py::test_one_cycle_makes_consistent_decisions"
     ),
+    ".venv/bin/python benchmarks/cycle.py --settled  # the cycle of a cluster run to rest first": (
+        "up to 60 cycles at each size first (minutes at 10,000 nodes); "
+        "tests/test_benchmark_smoke.py::test_settling_runs_the_cluster_to_rest settles one"
+    ),
     ".venv/bin/python benchmarks/cycle_instructions.py # instructions of one 1,000-node cycle "
     "(valgrind)": (
         "minutes under valgrind, which CI does not install; "
