@@ -10,16 +10,15 @@ victims for nothing, most of such a cycle's time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from typing import Any, cast
 
 import pytest
 from hypothesis import given
 
 from gpupool.core.actions import reclaim
-from gpupool.core.actions.victims import Attempt, Justify, VictimUnit, evict_to_place
+from gpupool.core.actions.victims import Attempt, VictimUnit, evict_to_place
 from gpupool.core.context import CycleContext
 from gpupool.core.cycle import run_cycle
-from gpupool.core.decisions import EvictionCause
 from gpupool.core.model import Snapshot
 from gpupool.core.records import WorkRecord, WorkState
 
@@ -99,20 +98,14 @@ def test_passing_over_turned_down_projects_decides_the_same(s: Snapshot) -> None
     shortened = run_cycle(s)
     check_decisions(s, shortened)
 
-    def asking_every_unit(
-        ctx: CycleContext,
-        work: WorkRecord,
-        gang: list[int],
-        candidates: Iterable[VictimUnit],
-        justify: Justify,
-        cause: EvictionCause,
-        attempt: Attempt | None = None,
-    ) -> bool:
+    def asking_every_unit(*args: Any) -> bool:
+        # `evict_to_place(ctx, work, gang, candidates, justify, cause, attempt)`, its attempt
+        # swapped for one that forgets every project turned down.
+        *call, attempt = args
         forgetful = Attempt()
         forgetful.turned_down = _Forgetful()
-        started = evict_to_place(ctx, work, gang, candidates, justify, cause, forgetful)
-        if attempt is not None:
-            attempt.short_of_devices = forgetful.short_of_devices
+        started = cast(bool, cast(Any, evict_to_place)(*call, forgetful))
+        attempt.short_of_devices = forgetful.short_of_devices
         return started
 
     with pytest.MonkeyPatch.context() as patch:
