@@ -99,13 +99,14 @@ def test_passing_over_turned_down_projects_decides_the_same(s: Snapshot) -> None
     check_decisions(s, shortened)
 
     def asking_every_unit(*args: Any) -> bool:
-        # `evict_to_place(ctx, work, gang, candidates, justify, cause, attempt)`, its attempt
-        # swapped for one that forgets every project turned down.
-        *call, attempt = args
+        # `evict_to_place(ctx, work, gang, candidates, justify, cause[, attempt])` (preempt
+        # passes no attempt), with an attempt that forgets every project turned down.
+        call, given = args[:6], args[6] if len(args) > 6 else None
         forgetful = Attempt()
         forgetful.turned_down = _Forgetful()
         started = cast(bool, cast(Any, evict_to_place)(*call, forgetful))
-        attempt.short_of_devices = forgetful.short_of_devices
+        if given is not None:
+            given.short_of_devices = forgetful.short_of_devices
         return started
 
     with pytest.MonkeyPatch.context() as patch:
