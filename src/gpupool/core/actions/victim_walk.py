@@ -163,8 +163,31 @@ class VirtualVictims:
             return False
         if s.memory_free[node] + freed.memory_mib < spec.memory_mib:
             return False
+        return self._has_devices(spec, node)
+
+    def devices_anywhere(self, spec: Workload) -> bool:
+        """Whether some node has, or would have with the victims counted on it out, the devices
+        for one task of `spec`, CPU and memory aside: `could_take`'s devices, on every node
+        (the capacity indexes for the nodes without counted victims). Always true for a
+        GPU-memory request (what it takes depends on the device)."""
+        s = self._session
+        request = spec.gpu
+        if request.kind is _WHOLE:
+            if any(s.nodes_by_empty[request.amount :]):
+                return True
+        elif request.kind is _FRACTION:
+            keys = s.shared_free_keys
+            if any(s.nodes_by_empty[1:]) or (keys and keys[-1] >= request.amount):
+                return True
+        else:
+            return True
+        return any(self._has_devices(spec, node) for node in self._by_node)
+
+    def _has_devices(self, spec: Workload, node: int) -> bool:
+        """Whether `node`, with the victims counted on it out, has the devices for one task."""
+        s = self._session
         used = s.device_used[node]
-        back = freed.devices
+        back = self._by_node[node].devices
         request = spec.gpu
         if request.kind is _WHOLE:
             empty = s.empty_count[node]
@@ -176,42 +199,6 @@ class VirtualVictims:
         room = MILLI_PER_GPU - need
         """Most a device may have in use to take the task."""
         return any(u - back.get(d, 0) <= room for d, u in enumerate(used))
-
-    def devices_anywhere(self, spec: Workload) -> bool:
-        """Whether some node has, or would have with the victims counted on it out, the devices
-        for one task of `spec`, CPU and memory aside: the devices for `could_take`, on every
-        node. Always true for a GPU-memory request (what it takes depends on the device)."""
-        s = self._session
-        request = spec.gpu
-        kind = request.kind
-        if kind is _WHOLE:
-            need = request.amount
-            if any(s.nodes_by_empty[need:]):
-                return True
-            for node, freed in self._by_node.items():
-                used = s.device_used[node]
-                empty = s.empty_count[node]
-                for device, milli in freed.devices.items():
-                    if used[device] and used[device] == milli:  # emptied by the victims
-                        empty += 1
-                if empty >= need:
-                    return True
-            return False
-        if kind is not _FRACTION:
-            return True
-        room = MILLI_PER_GPU - request.amount
-        """Most a device may have in use to take the task."""
-        if any(s.nodes_by_empty[1:]):
-            return True
-        keys = s.shared_free_keys
-        if keys and MILLI_PER_GPU - keys[-1] <= room:
-            return True
-        for node, freed in self._by_node.items():
-            used = s.device_used[node]
-            for device, milli in freed.devices.items():
-                if used[device] - milli <= room:
-                    return True
-        return False
 
     def positions_on(self, nodes: list[int]) -> list[int]:
         """Positions of the units with a task on any of `nodes`, in walk order."""

@@ -220,7 +220,7 @@ def _evict_node_by_node(
     session = ctx.session
     walk = VirtualVictims(ctx)
     spec = work.spec
-    limit = ctx.session.settings.max_victims_per_attempt
+    limit = session.settings.max_victims_per_attempt
     try:
         for unit, tasks, reason in _justified_units(
             ctx,
