@@ -99,14 +99,15 @@ def test_passing_over_turned_down_projects_decides_the_same(s: Snapshot) -> None
     check_decisions(s, shortened)
 
     def asking_every_unit(*args: Any) -> bool:
-        # `evict_to_place(ctx, work, gang, candidates, justify, cause[, attempt])` (preempt
-        # passes no attempt), with an attempt that forgets every project turned down.
+        # `evict_to_place(ctx, work, gang, candidates, justify, cause, attempt)`, with an
+        # attempt on the same count budget that forgets every project turned down.
         call, given = args[:6], args[6] if len(args) > 6 else None
-        forgetful = Attempt()
+        forgetful = Attempt(None if given is None else given.counts)
         forgetful.turned_down = _Forgetful()
         started = cast(bool, cast(Any, evict_to_place)(*call, forgetful))
         if given is not None:
             given.short_of_devices = forgetful.short_of_devices
+            given.bounded = forgetful.bounded
         return started
 
     with pytest.MonkeyPatch.context() as patch:

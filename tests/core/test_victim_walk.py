@@ -292,3 +292,73 @@ def test_the_walk_counts_past_the_victims_an_attempt_may_take_out() -> None:
     with pytest.MonkeyPatch.context() as patch:
         _general_path_only(patch)
         assert run_cycle(s).decisions == ()  # the bound: a1 waits
+
+
+def _deep_victim(halves: int) -> Snapshot:
+    """One-GPU nodes: beta's `halves` most recent victims are halves of devices shared with
+    gamma (in quota, not victims), none frees a device; its oldest, a whole GPU on the last
+    node, does. alpha waits with one GPU in its quota."""
+    nodes = [node(f"n{i}", 1) for i in range(halves + 1)]
+    return snapshot(
+        nodes,
+        [project("alpha", 1), project("beta", 0), project("gamma", halves / 2)],
+        [
+            *(running(train(f"g{i}", "gamma", 0.5), f"n{i}", (0,), -50) for i in range(halves)),
+            *(
+                running(train(f"b{i}", "beta", 0.5), f"n{i}", (0,), -100 * (i + 1))
+                for i in range(halves)
+            ),
+            running(train("b-whole", "beta"), f"n{halves}", (0,), -90_000),
+            train("a1", "alpha"),
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("attempts", "started"),
+    [
+        (64, True),  # budget 8 x 1 x 64: the attempt counts all 10
+        (1, False),  # budget 8 x 1 x 1: the walk stops at 8, a1 waits (bounded)
+    ],
+)
+def test_one_attempt_counts_as_deep_as_the_cycle_s_count_budget(
+    attempts: int, started: bool
+) -> None:
+    # One victim per attempt, so 8 counted per attempt was the old bound: the first device
+    # freed is the tenth victim in victim order.
+    s = _deep_victim(9)
+    s = replace(
+        s,
+        settings=replace(
+            s.settings, max_victims_per_attempt=1, max_reclaim_attempts_per_cycle=attempts
+        ),
+    )
+    result = run_cycle(s)
+    check_decisions(s, result)
+    evicted = [d.workload for d in result.decisions if isinstance(d, Evict)]
+    bound = [d.workload for d in result.decisions if isinstance(d, Bind)]
+    if started:
+        assert (evicted, bound) == (["b-whole"], ["a1"])
+    else:
+        assert (evicted, bound) == ([], [])
+        assert "reclaim is bounded per cycle" in result.pending_reasons["a1"]
+
+
+def test_the_count_budget_is_shared_by_the_attempts_of_an_action() -> None:
+    # Two one-GPU workloads of alpha; with 2 attempts of one victim the action may count 16:
+    # the first attempt counts 10 and starts a1; the second has 6 left and stops, bounded
+    # (with more it would count beta's 9 halves left, free no device, and say so).
+    s = _deep_victim(9)
+    s = replace(
+        s,
+        projects=tuple(
+            replace(p, quota=replace(p.quota, gpu_milli=2000)) if p.name == "alpha" else p
+            for p in s.projects
+        ),
+        workloads=(*s.workloads, replace(train("a2", "alpha"), submit_seq=99)),
+        settings=replace(s.settings, max_victims_per_attempt=1, max_reclaim_attempts_per_cycle=2),
+    )
+    result = run_cycle(s)
+    check_decisions(s, result)
+    assert [d.workload for d in result.decisions if isinstance(d, Bind)] == ["a1"]
+    assert "reclaim is bounded per cycle" in result.pending_reasons["a2"]

@@ -19,10 +19,11 @@ Preempt takes lower-priority preemptible work of the *same* project; priority ne
 projects.
 
 Both are bounded per cycle: at most `max_reclaim_attempts_per_cycle` attempts, at most
-`max_victims_per_attempt` victims tried per attempt, and a shape that failed for a project is not
-tried again for that project in the same cycle. Reclaim also passes over a shape that needs as much
-GPU and at least as much CPU and memory per task as one that failed for the project (the same
-victims free no more room for it): its attempts go to work that can start.
+`max_victims_per_attempt` victims tried per attempt (one-task attempts count victims node by node
+instead, all attempts of the action together within a `CountBudget`), and a shape that failed for
+a project is not tried again for that project in the same cycle. Reclaim also passes over a shape
+that needs as much GPU and at least as much CPU and memory per task as one that failed for the
+project (the same victims free no more room for it): its attempts go to work that can start.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from gpupool.core.actions.allocate import (
 )
 from gpupool.core.actions.victims import (
     Attempt,
+    CountBudget,
     Reason,
     VictimUnit,
     can_be_victim,
@@ -103,6 +105,7 @@ def _reclaimer_guards(ctx: CycleContext, work: WorkRecord, ask_gpu: int) -> dict
 def reclaim(ctx: CycleContext) -> None:
     session = ctx.session
     budget = session.settings.max_reclaim_attempts_per_cycle
+    counts = CountBudget(session.settings)
     failed: dict[tuple[int, ShapeKey], list[tuple[int, int]]] = {}
     """Per project and shape less its CPU and memory per task: those of the failed attempts."""
     failed_projects: set[int] = set()
@@ -159,7 +162,7 @@ def reclaim(ctx: CycleContext) -> None:
             needs = failed.get(key)
             if needs is not None and _dominated(needs, spec.cpu_milli, spec.memory_mib):
                 continue
-        if budget <= 0:
+        if budget <= 0 or counts.left <= 0:
             base = reasons.get(work.index)
             joined = bounded.get(base)
             if joined is None:
@@ -179,8 +182,8 @@ def reclaim(ctx: CycleContext) -> None:
         ]
         nothing = _NOTHING_TO_RECLAIM if scope is None else _nothing_below(ctx, scope)
         gang, extras = ctx.tasks_to_start(work)
-        started, short_of_devices = _reclaim_for(ctx, work, gang, victims, inside, path, guards)
-        if started:
+        attempt = _reclaim_for(ctx, work, gang, victims, inside, path, guards, counts)
+        if attempt is None:
             ctx.place_extras(work, extras)
         else:
             if key is None:
@@ -188,10 +191,10 @@ def reclaim(ctx: CycleContext) -> None:
             # Short of devices with every victim it could count: the shape fails with any CPU
             # and memory (recorded as needing none).
             failed.setdefault(key, []).append(
-                (0, 0) if short_of_devices else (spec.cpu_milli, spec.memory_mib)
+                (0, 0) if attempt.short_of_devices else (spec.cpu_milli, spec.memory_mib)
             )
             failed_projects.add(project)
-            _append_reason(ctx, work, nothing)
+            _append_reason(ctx, work, _BOUNDED if attempt.bounded else nothing)
 
 
 def _dominated(needs: list[tuple[int, int]], cpu_milli: int, memory_mib: int) -> bool:
@@ -207,15 +210,18 @@ def _reclaim_for(
     projects: list[int],
     path: tuple[int, ...],
     guards: dict[int, set[int]],
-) -> tuple[bool, bool]:
+    counts: CountBudget,
+) -> Attempt | None:
     """Evict victims of `projects` to start `gang`: first only what G4's fairness bar
     justifies, so that no victim's project goes below its fair share and reclaims in turn (an
     eviction more, a cycle later); only if that does not make it fit, also what the quota bar
     justifies (a quota is a guarantee even where fairness alone cannot make room).
-    Returns (started, short of devices in every pass: `Attempt.short_of_devices`)."""
+    Returns None once started, else what the attempt found: short of devices in every pass
+    (`Attempt.short_of_devices`), or stopped by the count budget in one (`Attempt.bounded`)."""
     options: tuple[tuple[int, ...], ...] = ((_FAIR,), (_FAIR, _QUOTA))
     sides: Sides = {}
-    short_of_devices = True
+    found = Attempt(counts)
+    found.short_of_devices = True
     passes = [
         kinds
         for kinds in options
@@ -228,16 +234,18 @@ def _reclaim_for(
         # A project turned down once stays so until the attempt ends (`evict_to_place`):
         # once every eligible one is, the scan stops (a long victim list after the one or two
         # projects it could take from).
-        attempt = Attempt()
+        attempt = Attempt(counts)
         candidates = _while_any_left(victims, eligible, attempt.turned_down)
 
         def justify(victim: WorkRecord, kinds: tuple[int, ...] = kinds) -> Reason | None:
             return _justify(ctx, victim.project, work, path, guards, kinds, sides)
 
         if evict_to_place(ctx, work, gang, candidates, justify, EvictionCause.RECLAIM, attempt):
-            return True, False
-        short_of_devices = short_of_devices and attempt.short_of_devices
-    return False, short_of_devices and bool(passes)
+            return None
+        found.short_of_devices = found.short_of_devices and attempt.short_of_devices
+        found.bounded = found.bounded or attempt.bounded
+    found.short_of_devices = found.short_of_devices and bool(passes) and not found.bounded
+    return found
 
 
 def _while_any_left(
@@ -396,13 +404,14 @@ def preempt(ctx: CycleContext) -> None:
     """G6. Victim order sorts by priority first, so lower-priority candidates are a prefix."""
     session = ctx.session
     budget = session.settings.max_reclaim_attempts_per_cycle
+    counts = CountBudget(session.settings)
     failed: set[tuple[int, int, ShapeKey]] = set()
     by_project: dict[int, tuple[list[VictimUnit], list[int]]] | None = None
     lowest: dict[int, int] = {}
     """Per project with candidates: the lowest priority among them (most pending work is at
     or below it, and is passed over before anything else is looked up)."""
     for work in _pending_in_order(ctx):
-        if budget <= 0:
+        if budget <= 0 or counts.left <= 0:
             return
         if by_project is None:
             if not gang_to_start(work):
@@ -434,9 +443,10 @@ def preempt(ctx: CycleContext) -> None:
 
             return reason
 
-        if evict_to_place(ctx, work, gang, units[:cut], justify, EvictionCause.PREEMPT):
+        attempt = Attempt(counts)
+        if evict_to_place(ctx, work, gang, units[:cut], justify, EvictionCause.PREEMPT, attempt):
             ctx.place_extras(work, extras)
-        else:
+        elif not attempt.bounded:
             failed.add(key)
 
 

@@ -17,7 +17,13 @@ from typing import NamedTuple, cast
 from gpupool.core.actions.victim_walk import VirtualVictims, is_local
 from gpupool.core.context import CycleContext
 from gpupool.core.decisions import Evict, EvictionCause
-from gpupool.core.model import MILLI_PER_GPU, GpuRequest, GpuRequestKind, Workload
+from gpupool.core.model import (
+    MILLI_PER_GPU,
+    GpuRequest,
+    GpuRequestKind,
+    SchedulerSettings,
+    Workload,
+)
 from gpupool.core.session import Session, Statement, TaskAlloc, WorkRecord, WorkState
 
 # Enum members as module globals: reading one from its class costs ten times as much in
@@ -94,12 +100,34 @@ while an attempt looks for victims they only go down (victims go out, or are cou
 a project turned down once is not asked again in that attempt."""
 
 
+class CountBudget:
+    """The victims the node-by-node walks (`_evict_node_by_node`) of one action may count in a
+    cycle, all its attempts together: 8 times `max_victims_per_attempt` times
+    `max_reclaim_attempts_per_cycle`, what the attempts could count when each stopped at 8 times
+    `max_victims_per_attempt`. One attempt may count deeper than that: in a 10,000-node
+    cluster the first device that the victim order frees is often 500 to 1,000 victims in, and
+    a bound per attempt left projects thousands of GPUs below their quota for hours."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, settings: SchedulerSettings) -> None:
+        self.left = (
+            _EXAMINE_FACTOR
+            * settings.max_victims_per_attempt
+            * settings.max_reclaim_attempts_per_cycle
+        )
+
+
 class Attempt:
-    """What one eviction attempt found, for its caller (reclaim's cache of failed shapes)."""
+    """What one eviction attempt found, for its caller (reclaim's cache of failed shapes), and
+    the count budget it draws on."""
 
-    __slots__ = ("short_of_devices", "turned_down")
+    __slots__ = ("bounded", "counts", "short_of_devices", "turned_down")
 
-    def __init__(self) -> None:
+    def __init__(self, counts: CountBudget | None = None) -> None:
+        self.counts = counts
+        """The action's `CountBudget`; without one, the walk counts at most 8 times
+        `max_victims_per_attempt` victims."""
         self.turned_down: set[int] = set()
         """The projects whose work `justify` turned down: the caller's candidates may stop once
         it holds every project they offer."""
@@ -107,6 +135,9 @@ class Attempt:
         """Set when the attempt failed with no node that has, or would have with the victims
         counted on it out, the devices for the task (one task walked node by node, a whole-GPU
         or fractional request): the same request with less CPU or memory fails too."""
+        self.bounded = False
+        """Set when the walk stopped at its count budget: the attempt says nothing about the
+        victims past it."""
 
 
 @dataclass(slots=True)
@@ -139,8 +170,9 @@ def evict_to_place(
     statement = Statement(ctx.session)
     evicted: list[_Evicted] = []
     limit = ctx.session.settings.max_victims_per_attempt
+    examine = _EXAMINE_FACTOR * limit
     for unit, tasks, reason in _justified_units(
-        ctx, candidates, evicted, justify, _tasks_left, turned_down, limit
+        candidates, evicted, justify, _tasks_left, turned_down, limit, examine
     ):
         victim = unit.work
         allocs = [statement.remove(victim, t) for t in tasks]
@@ -159,20 +191,19 @@ _FITS_FREED = "fits in capacity freed earlier in this cycle"
 
 
 def _justified_units(
-    ctx: CycleContext,
     candidates: Iterable[VictimUnit],
     taken: Sized,
     justify: Justify,
     tasks_left: Callable[[WorkRecord, tuple[int, ...]], tuple[int, ...] | None],
     turned_down: set[int],
     limit: int,
+    examine: int,
 ) -> Iterator[tuple[VictimUnit, tuple[int, ...], Reason]]:
     """The candidates an attempt takes, in order, with their tasks and why: running, with tasks
     left (`tasks_left`), justified now; within the bounds (at most `limit` taken, read from
-    `taken` as the attempt goes, and 8 times `max_victims_per_attempt` looked at). A project
-    `justify` turned down goes into `turned_down`, and its later units are passed over
-    unasked (they still count as looked at)."""
-    examine = _EXAMINE_FACTOR * ctx.session.settings.max_victims_per_attempt
+    `taken` as the attempt goes, and `examine` looked at). A project `justify` turned down goes
+    into `turned_down`, and its later units are passed over unasked (they still count as looked
+    at)."""
     examined = 0
     for unit in candidates:
         examined += 1
@@ -212,24 +243,26 @@ def _evict_node_by_node(
     """`evict_to_place` for work whose fit depends on each node alone: the victims are counted,
     not taken out, until one of their nodes could take it (`victim_walk`).
 
-    Counting costs no session change, so the walk counts as many victims as an attempt looks
-    at (8 times `max_victims_per_attempt`); at most `max_victims_per_attempt` are taken out
-    at once. In a large cluster the most recent victims are scattered over thousands of
-    nodes: stopping after 64 of them, as taking each out does, found no device for a whole
-    GPU, and reclaim stalled with projects far below their quota (10,000 nodes)."""
+    Counting changes nothing in the session, so the walk has no bound of its own on the victims
+    it counts: it goes on in victim order until a node could take the task or the candidates
+    run out, drawing on the action's `CountBudget` (G10's prefix, however long; at most
+    `max_victims_per_attempt` are taken out at once). Without a budget it counts at most 8
+    times `max_victims_per_attempt`."""
     session = ctx.session
     walk = VirtualVictims(ctx)
     spec = work.spec
     limit = session.settings.max_victims_per_attempt
+    counts = attempt.counts
+    countable = _EXAMINE_FACTOR * limit if counts is None else counts.left
     try:
         for unit, tasks, reason in _justified_units(
-            ctx,
             candidates,
             walk,
             justify,
             walk.tasks_left,
             attempt.turned_down,
-            _EXAMINE_FACTOR * limit,
+            countable,
+            _NO_BOUND,
         ):
             victim = unit.work
             nodes = [n for n in walk.count(unit, victim, tasks, reason) if walk.could_take(spec, n)]
@@ -253,10 +286,19 @@ def _evict_node_by_node(
                 for p in positions
             ]
             return _settle(ctx, statement, evicted, work, gang, justify, cause)
-        attempt.short_of_devices = not walk.devices_anywhere(spec)
+        if len(walk) >= countable:
+            attempt.bounded = True
+        else:
+            attempt.short_of_devices = not walk.devices_anywhere(spec)
         return False
     finally:
         walk.release()
+        if counts is not None:
+            counts.left -= len(walk)
+
+
+_NO_BOUND = 1 << 62
+"""`_justified_units`' `examine` for the walk: its candidates are bounded by what it counts."""
 
 
 def _settle(
