@@ -17,7 +17,12 @@ started; the session's buckets see fewer changes, so a few tasks go to another, 
 once more: a one-task shape whose walk found no node with the devices for it is not tried
 again with less CPU or memory in the cycle (`tests/core/test_reclaim_budget.py`), so the
 budget reaches other work (6 of the 12 cases: one more reclaim at 50 nodes, seed 0, default,
-and preempt's attempts after it shift). A speed-up that changes one is wrong.
+and preempt's attempts after it shift); and once more: a one-task walk passes over the victims
+on nodes that could not take the task even with every candidate out, so they no longer lower
+their project's holding for the next victim's justification (`tests/core/test_victim_walk.py`;
+3 of the 12 cases: 50 nodes seed 0 `default` and `fgd`, 200 nodes seed 0 `default`, other
+victims, fewer of them: 53 -> 47, 53 -> 51, 79 -> 73 evictions). A speed-up that changes one is
+wrong.
 Regenerate only for an intended change of behaviour:
 
     PYTHONPATH=src python tests/core/test_cycle_decisions_stable.py --write

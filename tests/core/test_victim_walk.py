@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from gpupool.core.actions import victims
+from gpupool.core.actions import victim_walk, victims
 from gpupool.core.candidates import cycle_typical
 from gpupool.core.context import CycleContext
 from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import Bind, CycleResult, Evict
 from gpupool.core.model import Node, Snapshot, Workload
 from gpupool.core.placement import Placer
-from gpupool.core.session import Session, Statement, WorkState
+from gpupool.core.session import Session, Statement, WorkRecord, WorkState
 
 from .helpers import (
     check_decisions,
@@ -46,7 +47,9 @@ _RANDOM_CLUSTERS = settings(
 
 
 def _general_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(victims, "is_local", lambda ctx, work, gang: False)
+    """One-task work takes its victims out in turn, from the same candidates (those on nodes
+    that could take it, `victim_walk.Freeable`)."""
+    monkeypatch.setattr(victims, "_evict_node_by_node", victims._evict_in_turn)
 
 
 @pytest.fixture(params=["walk", "general path"])
@@ -131,10 +134,32 @@ def test_the_walk_takes_out_only_victims_on_the_node_that_takes_the_task(
 
 @pytest.mark.usefixtures("either_path")
 def test_a_victim_counted_out_lowers_its_project_for_the_next_justification() -> None:
-    # beta holds 3 GPUs with a fair share of 1: two of its GPUs may be reclaimed. alpha's 2-GPU
-    # job would need b2 and b3 on n2, but b1 (the most recent) comes first in victim order and
-    # uses up one of the two: with b1 and b2 out beta is at its fair share, b3 may not be
-    # taken, and nothing is evicted.
+    # beta holds 4 GPUs with a fair share of 2: two of its GPUs may be reclaimed. alpha's 2-GPU
+    # job would need b2 and b3 on n2, but b1 (the most recent, on n1, which could take the job
+    # with b4 out too) comes first in victim order and uses up one of the two: with b1 and b2
+    # out beta is at its fair share, b3 may not be taken, and nothing is evicted.
+    s = snapshot(
+        [node("n1", 2), node("n2", 2)],
+        [project("alpha", 1), project("beta", 0)],
+        [
+            running(train("b4", "beta"), "n1", (1,), -1200),
+            running(train("b3", "beta"), "n2", (1,), -900),
+            running(train("b2", "beta"), "n2", (0,), -600),
+            running(train("b1", "beta"), "n1", (0,), -300),
+            train("a", "alpha", 2),
+        ],
+    )
+    result = run_cycle(s)
+    check_decisions(s, result)
+    assert share(result, "beta").fair_share.gpu_milli == 2000
+    assert _chosen(result) == ([], [])
+
+
+@pytest.mark.usefixtures("either_path")
+def test_a_victim_on_a_node_that_could_not_take_the_job_is_not_counted() -> None:
+    # As above, but b1 runs on a one-GPU node, which could never hold alpha's 2-GPU job: it is
+    # passed over (G10 would drop it anyway), beta holds 3 when b2 is justified and 2 when b3
+    # is, both above its fair share of 1, and alpha starts on n2.
     s = snapshot(
         [node("n1", 1), node("n2", 2)],
         [project("alpha", 1), project("beta", 0)],
@@ -148,7 +173,7 @@ def test_a_victim_counted_out_lowers_its_project_for_the_next_justification() ->
     result = run_cycle(s)
     check_decisions(s, result)
     assert share(result, "beta").fair_share.gpu_milli == 1000
-    assert _chosen(result) == ([], [])
+    assert _chosen(result) == ([("b2", "a", "reclaim"), ("b3", "a", "reclaim")], ["a"])
 
 
 @pytest.mark.usefixtures("either_path")
@@ -271,9 +296,36 @@ def test_work_under_a_limit_it_stays_within_is_walked(
 
 
 def test_the_walk_counts_past_the_victims_an_attempt_may_take_out() -> None:
-    # Bound: 2 victims per attempt. beta's three most recent victims are halves of devices shared
-    # with gamma (in quota, not victims): none frees a device. Its oldest, a whole GPU on n4,
-    # does. Taking each out in turn stops after two; counting goes on to the fourth.
+    # Bound: 2 victims per attempt. Each one-GPU node holds two halves of beta's: a recent one
+    # and an old one. beta's three most recent victims free no device; the fourth, the old half
+    # on n1, frees n1 together with the first. Taking each out in turn stops after two;
+    # counting goes on to the fourth and takes out the two on n1.
+    s = snapshot(
+        [node(f"n{i}", 1) for i in range(1, 4)],
+        [project("alpha", 1), project("beta", 0)],
+        [
+            *(running(train(f"b{i}", "beta", 0.5), f"n{i}", (0,), -100 * i) for i in range(1, 4)),
+            *(
+                running(train(f"old{i}", "beta", 0.5), f"n{i}", (0,), -9000 - i)
+                for i in range(1, 4)
+            ),
+            train("a1", "alpha"),
+        ],
+    )
+    s = replace(s, settings=replace(s.settings, max_victims_per_attempt=2))
+    result = run_cycle(s)
+    check_decisions(s, result)
+    assert sorted(d.workload for d in result.decisions if isinstance(d, Evict)) == ["b1", "old1"]
+    assert [d.workload for d in result.decisions if isinstance(d, Bind)] == ["a1"]
+    with pytest.MonkeyPatch.context() as patch:
+        _general_path_only(patch)
+        assert run_cycle(s).decisions == ()  # the bound: a1 waits
+
+
+def test_victims_on_nodes_that_could_not_take_the_task_are_passed_over() -> None:
+    # beta's three most recent victims are halves of devices shared with gamma (in quota, not
+    # victims): even with every victim out, those nodes hold no whole GPU, so the walk passes
+    # them over, uncounted, and with one victim per attempt takes the whole GPU on n4.
     s = snapshot(
         [node(f"n{i}", 1) for i in range(1, 5)],
         [project("alpha", 2.5), project("beta", 0), project("gamma", 1.5)],
@@ -284,31 +336,44 @@ def test_the_walk_counts_past_the_victims_an_attempt_may_take_out() -> None:
             train("a1", "alpha"),
         ],
     )
-    s = replace(s, settings=replace(s.settings, max_victims_per_attempt=2))
-    result = run_cycle(s)
+    s = replace(
+        s, settings=replace(s.settings, max_victims_per_attempt=1, max_reclaim_attempts_per_cycle=1)
+    )
+    counted: list[str] = []
+    count = victim_walk.VirtualVictims.count
+
+    def counting(
+        self: victim_walk.VirtualVictims, unit: object, victim: WorkRecord, *rest: Any
+    ) -> list[int]:
+        counted.append(victim.name)
+        return count(self, unit, victim, *rest)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(victim_walk.VirtualVictims, "count", counting)
+        result = run_cycle(s)
     check_decisions(s, result)
+    assert counted == ["b-whole"]
     assert [d.workload for d in result.decisions if isinstance(d, Evict)] == ["b-whole"]
     assert [d.workload for d in result.decisions if isinstance(d, Bind)] == ["a1"]
-    with pytest.MonkeyPatch.context() as patch:
-        _general_path_only(patch)
-        assert run_cycle(s).decisions == ()  # the bound: a1 waits
 
 
-def _deep_victim(halves: int) -> Snapshot:
-    """One-GPU nodes: beta's `halves` most recent victims are halves of devices shared with
-    gamma (in quota, not victims), none frees a device; its oldest, a whole GPU on the last
-    node, does. alpha waits with one GPU in its quota."""
-    nodes = [node(f"n{i}", 1) for i in range(halves + 1)]
+def _deep_victim(nodes: int) -> Snapshot:
+    """One-GPU nodes, each with two halves of beta's: a recent one and an old one. The recent
+    halves come first in victim order and free no device; the first device freed is n0's,
+    `nodes` + 1 victims in (its recent and its old half). alpha waits with one GPU in its
+    quota."""
     return snapshot(
-        nodes,
-        [project("alpha", 1), project("beta", 0), project("gamma", halves / 2)],
+        [node(f"n{i}", 1) for i in range(nodes)],
+        [project("alpha", 1), project("beta", 0)],
         [
-            *(running(train(f"g{i}", "gamma", 0.5), f"n{i}", (0,), -50) for i in range(halves)),
             *(
                 running(train(f"b{i}", "beta", 0.5), f"n{i}", (0,), -100 * (i + 1))
-                for i in range(halves)
+                for i in range(nodes)
             ),
-            running(train("b-whole", "beta"), f"n{halves}", (0,), -90_000),
+            *(
+                running(train(f"old{i}", "beta", 0.5), f"n{i}", (0,), -90_000 - i)
+                for i in range(nodes)
+            ),
             train("a1", "alpha"),
         ],
     )
@@ -317,20 +382,20 @@ def _deep_victim(halves: int) -> Snapshot:
 @pytest.mark.parametrize(
     ("attempts", "started"),
     [
-        (64, True),  # budget 8 x 1 x 64: the attempt counts all 10
-        (1, False),  # budget 8 x 1 x 1: the walk stops at 8, a1 waits (bounded)
+        (64, True),  # budget 8 x 2 x 64: the attempt counts all 21
+        (1, False),  # budget 8 x 2 x 1: the walk stops at 16, a1 waits (bounded)
     ],
 )
 def test_one_attempt_counts_as_deep_as_the_cycle_s_count_budget(
     attempts: int, started: bool
 ) -> None:
-    # One victim per attempt, so 8 counted per attempt was the old bound: the first device
-    # freed is the tenth victim in victim order.
-    s = _deep_victim(9)
+    # Two victims per attempt, so 16 counted per attempt was the old bound: the first device
+    # freed is the 21st victim in victim order.
+    s = _deep_victim(20)
     s = replace(
         s,
         settings=replace(
-            s.settings, max_victims_per_attempt=1, max_reclaim_attempts_per_cycle=attempts
+            s.settings, max_victims_per_attempt=2, max_reclaim_attempts_per_cycle=attempts
         ),
     )
     result = run_cycle(s)
@@ -338,17 +403,17 @@ def test_one_attempt_counts_as_deep_as_the_cycle_s_count_budget(
     evicted = [d.workload for d in result.decisions if isinstance(d, Evict)]
     bound = [d.workload for d in result.decisions if isinstance(d, Bind)]
     if started:
-        assert (evicted, bound) == (["b-whole"], ["a1"])
+        assert (sorted(evicted), bound) == (["b0", "old0"], ["a1"])
     else:
         assert (evicted, bound) == ([], [])
         assert "reclaim is bounded per cycle" in result.pending_reasons["a1"]
 
 
 def test_the_count_budget_is_shared_by_the_attempts_of_an_action() -> None:
-    # Two one-GPU workloads of alpha; with 2 attempts of one victim the action may count 16:
-    # the first attempt counts 10 and starts a1; the second has 6 left and stops, bounded
-    # (with more it would count beta's 9 halves left, free no device, and say so).
-    s = _deep_victim(9)
+    # Two one-GPU workloads of alpha; with 2 attempts of two victims the action may count 32:
+    # the first attempt counts 21 and starts a1 on n0; the second has 11 left and stops,
+    # bounded (it needs 20: b1 to b19, then old1).
+    s = _deep_victim(20)
     s = replace(
         s,
         projects=tuple(
@@ -356,7 +421,7 @@ def test_the_count_budget_is_shared_by_the_attempts_of_an_action() -> None:
             for p in s.projects
         ),
         workloads=(*s.workloads, replace(train("a2", "alpha"), submit_seq=99)),
-        settings=replace(s.settings, max_victims_per_attempt=1, max_reclaim_attempts_per_cycle=2),
+        settings=replace(s.settings, max_victims_per_attempt=2, max_reclaim_attempts_per_cycle=2),
     )
     result = run_cycle(s)
     check_decisions(s, result)

@@ -39,6 +39,7 @@ from gpupool.core.actions.allocate import (
     share_ratio,
     without_cpu_memory,
 )
+from gpupool.core.actions.victim_walk import Freeable
 from gpupool.core.actions.victims import (
     Attempt,
     CountBudget,
@@ -112,6 +113,7 @@ def reclaim(ctx: CycleContext) -> None:
     """The projects with an entry in `failed`: the others' work needs no shape looked up."""
     victims: list[VictimUnit] | None = None
     victim_projects: list[int] = []
+    freeable: Freeable | None = None
     waits: dict[tuple[int, int, int, int], str] = {}
     """`_explain_no_reclaim`'s note by what it says: most of a long queue gets one of a few."""
     limited = [bool(ctx.limit_levels(p)) for p in range(len(session.projects))]
@@ -173,6 +175,7 @@ def reclaim(ctx: CycleContext) -> None:
         if victims is None:
             victims = _reclaim_candidates(ctx)
             victim_projects = sorted({u.work.project for u in victims})
+            freeable = Freeable(ctx, {id(u.work): u.work for u in victims}.values())
         path = session.project_path(work)
         guards = _reclaimer_guards(ctx, work, ask_gpu)
         inside = [
@@ -182,7 +185,9 @@ def reclaim(ctx: CycleContext) -> None:
         ]
         nothing = _NOTHING_TO_RECLAIM if scope is None else _nothing_below(ctx, scope)
         gang, extras = ctx.tasks_to_start(work)
-        attempt = _reclaim_for(ctx, work, gang, victims, inside, path, guards, counts)
+        attempt = _reclaim_for(
+            ctx, work, gang, victims, inside, path, guards, Attempt(counts, freeable)
+        )
         if attempt is None:
             ctx.place_extras(work, extras)
         else:
@@ -210,17 +215,17 @@ def _reclaim_for(
     projects: list[int],
     path: tuple[int, ...],
     guards: dict[int, set[int]],
-    counts: CountBudget,
+    found: Attempt,
 ) -> Attempt | None:
     """Evict victims of `projects` to start `gang`: first only what G4's fairness bar
     justifies, so that no victim's project goes below its fair share and reclaims in turn (an
     eviction more, a cycle later); only if that does not make it fit, also what the quota bar
     justifies (a quota is a guarantee even where fairness alone cannot make room).
-    Returns None once started, else what the attempt found: short of devices in every pass
+    Returns None once started, else `found` (whose count budget and `Freeable` each pass
+    draws on), saying what the attempt found: short of devices in every pass
     (`Attempt.short_of_devices`), or stopped by the count budget in one (`Attempt.bounded`)."""
     options: tuple[tuple[int, ...], ...] = ((_FAIR,), (_FAIR, _QUOTA))
     sides: Sides = {}
-    found = Attempt(counts)
     found.short_of_devices = True
     passes = [
         kinds
@@ -234,7 +239,7 @@ def _reclaim_for(
         # A project turned down once stays so until the attempt ends (`evict_to_place`):
         # once every eligible one is, the scan stops (a long victim list after the one or two
         # projects it could take from).
-        attempt = Attempt(counts)
+        attempt = Attempt(found.counts, found.freeable)
         candidates = _while_any_left(victims, eligible, attempt.turned_down)
 
         def justify(victim: WorkRecord, kinds: tuple[int, ...] = kinds) -> Reason | None:

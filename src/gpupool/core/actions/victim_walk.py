@@ -22,12 +22,17 @@ over by an earlier eviction this cycle): then it is placed without a victim.
 The victims chosen are those `evict_to_place` would choose (the first prefix of the victim order
 after which the task fits, less the victims its placement does not need), but the session's
 buckets see fewer changes, so later ties between equal nodes may break otherwise. Counting
-changes nothing in the session, so the walk counts as many victims as an attempt looks at (8
-times `max_victims_per_attempt`), where taking each out stops at `max_victims_per_attempt`:
-in a large cluster the first prefix that frees a device is often longer than that.
+changes nothing in the session, so the walk has no bound of its own on the victims it counts
+(where taking each out stops at `max_victims_per_attempt`): in a large cluster the first prefix
+that frees a device is often hundreds of victims long. The attempts of one action draw on one
+count budget per cycle (`victims.CountBudget`), and reclaim's walks pass over the victims on
+nodes that could not take the task with every candidate out (`Freeable`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Protocol, TypeVar
 
 from gpupool.core.context import CycleContext
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Workload
@@ -53,6 +58,70 @@ def is_local(ctx: CycleContext, work: WorkRecord, gang: list[int]) -> bool:
     if not ctx.limit_levels(work.project):
         return True
     return work.spec.gpu.kind is not _MEMORY and not ctx.over_limit(work, ctx.ask(work, 1))
+
+
+class _Unit(Protocol):
+    """What `Freeable.on_possible_nodes` reads of a candidate (a `victims.VictimUnit`)."""
+
+    @property
+    def work(self) -> WorkRecord: ...
+
+
+_U = TypeVar("_U", bound=_Unit)
+
+
+class Freeable:
+    """What the candidates of an action hold on each device, from the start of the action: a
+    node where the devices would not hold one task of a request even with every candidate out
+    cannot take it, and a walk for that request passes over the victims there.
+
+    An over-estimate of what any attempt may free (its candidates are some of these, and
+    victims already out or work placed since only lower it): a node it rules out is ruled out.
+    Passing a victim over rather than counting it changes no eviction G10 keeps (one on such a
+    node is never needed), and it leaves that victim's project holding more for the next
+    victim's justification, which `victims._replay` checks again on the victims that stay."""
+
+    def __init__(self, ctx: CycleContext, works: Iterable[WorkRecord]) -> None:
+        self._session = ctx.session
+        held: dict[int, dict[int, int]] = {}
+        for work in works:
+            for alloc in work.allocs.values():
+                on_node = held.get(alloc.node)
+                if on_node is None:
+                    on_node = held[alloc.node] = {}
+                milli = alloc.milli_per_device
+                for device in alloc.devices:
+                    on_node[device] = on_node.get(device, 0) + milli
+        self._held = held
+        """Node -> device -> milli-GPU the candidates hold there."""
+
+    def on_possible_nodes(self, units: Iterable[_U], spec: Workload) -> Iterator[_U]:
+        """`units`, less those with no task on a node that could hold one task of `spec` with
+        every candidate out (devices only: CPU and memory are left to the walk). A GPU-memory
+        request passes everything (what it takes depends on the device)."""
+        if spec.gpu.kind is _MEMORY:
+            yield from units
+            return
+        possible: dict[int, bool] = {}
+        for unit in units:
+            for alloc in unit.work.allocs.values():
+                node = alloc.node
+                ok = possible.get(node)
+                if ok is None:
+                    ok = possible[node] = self._could_hold(spec, node)
+                if ok:
+                    yield unit
+                    break
+
+    def _could_hold(self, spec: Workload, node: int) -> bool:
+        used = self._session.device_used[node]
+        held = self._held.get(node, {})
+        request = spec.gpu
+        if request.kind is _WHOLE:
+            freeable = sum(1 for d, u in enumerate(used) if u <= held.get(d, 0))
+            return freeable >= request.amount
+        room = MILLI_PER_GPU - request.amount
+        return any(u - held.get(d, 0) <= room for d, u in enumerate(used))
 
 
 class Counted:

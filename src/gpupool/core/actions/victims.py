@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import dataclass
 from typing import NamedTuple, cast
 
-from gpupool.core.actions.victim_walk import VirtualVictims, is_local
+from gpupool.core.actions.victim_walk import Freeable, VirtualVictims, is_local
 from gpupool.core.context import CycleContext
 from gpupool.core.decisions import Evict, EvictionCause
 from gpupool.core.model import (
@@ -122,12 +122,15 @@ class Attempt:
     """What one eviction attempt found, for its caller (reclaim's cache of failed shapes), and
     the count budget it draws on."""
 
-    __slots__ = ("bounded", "counts", "short_of_devices", "turned_down")
+    __slots__ = ("bounded", "counts", "freeable", "short_of_devices", "turned_down")
 
-    def __init__(self, counts: CountBudget | None = None) -> None:
+    def __init__(self, counts: CountBudget | None = None, freeable: Freeable | None = None) -> None:
         self.counts = counts
         """The action's `CountBudget`; without one, the walk counts at most 8 times
         `max_victims_per_attempt` victims."""
+        self.freeable = freeable
+        """What the action's candidates hold per device, where it knows: a one-task attempt
+        passes over the candidates on nodes that could not take the task (`Freeable`)."""
         self.turned_down: set[int] = set()
         """The projects whose work `justify` turned down: the caller's candidates may stop once
         it holds every project they offer."""
@@ -164,9 +167,26 @@ def evict_to_place(
         return _settle(ctx, Statement(ctx.session), [], work, gang, justify, cause)
     if attempt is None:
         attempt = Attempt()
-    turned_down = attempt.turned_down
     if is_local(ctx, work, gang):
+        if attempt.freeable is not None:
+            candidates = attempt.freeable.on_possible_nodes(candidates, work.spec)
         return _evict_node_by_node(ctx, work, gang, candidates, justify, cause, attempt)
+    return _evict_in_turn(ctx, work, gang, candidates, justify, cause, attempt)
+
+
+def _evict_in_turn(
+    ctx: CycleContext,
+    work: WorkRecord,
+    gang: list[int],
+    candidates: Iterable[VictimUnit],
+    justify: Justify,
+    cause: EvictionCause,
+    attempt: Attempt,
+) -> bool:
+    """`evict_to_place` for work whose fit may depend on more than one node (a gang, a limit
+    that evicting elsewhere lowers the holding under): each victim taken out in turn, the
+    placer asked after each."""
+    turned_down = attempt.turned_down
     statement = Statement(ctx.session)
     evicted: list[_Evicted] = []
     limit = ctx.session.settings.max_victims_per_attempt
