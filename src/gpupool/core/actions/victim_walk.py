@@ -94,34 +94,51 @@ class Freeable:
                     on_node[device] = on_node.get(device, 0) + milli
         self._held = held
         """Node -> device -> milli-GPU the candidates hold there."""
+        self._answers: dict[tuple[bool, int], dict[int, tuple[int, bool]]] = {}
+        """Per request (whole GPUs?, amount): node -> (its version, whether it could hold one)."""
 
     def on_possible_nodes(self, units: Iterable[_U], spec: Workload) -> Iterator[_U]:
         """`units`, less those with no task on a node that could hold one task of `spec` with
         every candidate out (devices only: CPU and memory are left to the walk). A GPU-memory
-        request passes everything (what it takes depends on the device)."""
-        if spec.gpu.kind is _MEMORY:
+        request passes everything (what it takes depends on the device). A node's answer is
+        kept per request while the node is unchanged (`Session.node_version`): the attempts of
+        a phase ask about the same nodes for the same few requests."""
+        request = spec.gpu
+        if request.kind is _MEMORY:
             yield from units
             return
-        possible: dict[int, bool] = {}
+        whole = request.kind is _WHOLE
+        amount = request.amount
+        answers = self._answers.get((whole, amount))
+        if answers is None:
+            answers = self._answers[(whole, amount)] = {}
+        versions = self._session.node_version
         for unit in units:
             for alloc in unit.work.allocs.values():
                 node = alloc.node
-                ok = possible.get(node)
-                if ok is None:
-                    ok = possible[node] = self._could_hold(spec, node)
-                if ok:
+                known = answers.get(node)
+                if known is None or known[0] != versions[node]:
+                    known = answers[node] = (versions[node], self._could_hold(whole, amount, node))
+                if known[1]:
                     yield unit
                     break
 
-    def _could_hold(self, spec: Workload, node: int) -> bool:
+    def _could_hold(self, whole: bool, amount: int, node: int) -> bool:
+        """Whether `node`'s devices would hold one task of `amount` (whole GPUs, else
+        milli-GPU) with every candidate out."""
         used = self._session.device_used[node]
-        held = self._held.get(node, {})
-        request = spec.gpu
-        if request.kind is _WHOLE:
-            freeable = sum(1 for d, u in enumerate(used) if u <= held.get(d, 0))
-            return freeable >= request.amount
-        room = MILLI_PER_GPU - request.amount
-        return any(u - held.get(d, 0) <= room for d, u in enumerate(used))
+        held = self._held.get(node, _NOTHING)
+        if whole:
+            freeable = 0
+            for device, milli in enumerate(used):
+                if milli <= held.get(device, 0):
+                    freeable += 1
+            return freeable >= amount
+        room = MILLI_PER_GPU - amount
+        return any(milli - held.get(device, 0) <= room for device, milli in enumerate(used))
+
+
+_NOTHING: dict[int, int] = {}
 
 
 class Counted:
