@@ -132,17 +132,30 @@ def test_the_walk_takes_out_only_victims_on_the_node_that_takes_the_task(
     assert set(removed) == {"b4"}
 
 
+@pytest.mark.parametrize(
+    ("n1_gpus", "beta_share", "chosen"),
+    [
+        # beta holds 4 GPUs with a fair share of 2: two of them may be reclaimed. alpha's 2-GPU
+        # job would need b2 and b3 on n2, but b1 (the most recent, on n1, which could take the
+        # job with b4 out too) comes first in victim order and uses up one of the two: with b1
+        # and b2 out beta is at its fair share, b3 may not be taken, and nothing is evicted.
+        (2, 2000, ([], [])),
+        # n1 has one GPU (b4 is not there), which could never hold alpha's job: b1 is passed
+        # over (G10 would drop it anyway); beta holds 3 when b2 is justified and 2 when b3 is,
+        # both above its fair share of 1, and alpha starts on n2.
+        (1, 1000, ([("b2", "a", "reclaim"), ("b3", "a", "reclaim")], ["a"])),
+    ],
+)
 @pytest.mark.usefixtures("either_path")
-def test_a_victim_counted_out_lowers_its_project_for_the_next_justification() -> None:
-    # beta holds 4 GPUs with a fair share of 2: two of its GPUs may be reclaimed. alpha's 2-GPU
-    # job would need b2 and b3 on n2, but b1 (the most recent, on n1, which could take the job
-    # with b4 out too) comes first in victim order and uses up one of the two: with b1 and b2
-    # out beta is at its fair share, b3 may not be taken, and nothing is evicted.
+def test_a_victim_counted_out_lowers_its_project_for_the_next_justification(
+    n1_gpus: int, beta_share: int, chosen: tuple[list[tuple[str, str, str]], list[str]]
+) -> None:
+    b4 = [running(train("b4", "beta"), "n1", (1,), -1200)] if n1_gpus == 2 else []
     s = snapshot(
-        [node("n1", 2), node("n2", 2)],
+        [node("n1", n1_gpus), node("n2", 2)],
         [project("alpha", 1), project("beta", 0)],
         [
-            running(train("b4", "beta"), "n1", (1,), -1200),
+            *b4,
             running(train("b3", "beta"), "n2", (1,), -900),
             running(train("b2", "beta"), "n2", (0,), -600),
             running(train("b1", "beta"), "n1", (0,), -300),
@@ -151,29 +164,8 @@ def test_a_victim_counted_out_lowers_its_project_for_the_next_justification() ->
     )
     result = run_cycle(s)
     check_decisions(s, result)
-    assert share(result, "beta").fair_share.gpu_milli == 2000
-    assert _chosen(result) == ([], [])
-
-
-@pytest.mark.usefixtures("either_path")
-def test_a_victim_on_a_node_that_could_not_take_the_job_is_not_counted() -> None:
-    # As above, but b1 runs on a one-GPU node, which could never hold alpha's 2-GPU job: it is
-    # passed over (G10 would drop it anyway), beta holds 3 when b2 is justified and 2 when b3
-    # is, both above its fair share of 1, and alpha starts on n2.
-    s = snapshot(
-        [node("n1", 1), node("n2", 2)],
-        [project("alpha", 1), project("beta", 0)],
-        [
-            running(train("b3", "beta"), "n2", (1,), -900),
-            running(train("b2", "beta"), "n2", (0,), -600),
-            running(train("b1", "beta"), "n1", (0,), -300),
-            train("a", "alpha", 2),
-        ],
-    )
-    result = run_cycle(s)
-    check_decisions(s, result)
-    assert share(result, "beta").fair_share.gpu_milli == 1000
-    assert _chosen(result) == ([("b2", "a", "reclaim"), ("b3", "a", "reclaim")], ["a"])
+    assert share(result, "beta").fair_share.gpu_milli == beta_share
+    assert _chosen(result) == chosen
 
 
 @pytest.mark.usefixtures("either_path")
