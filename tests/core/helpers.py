@@ -324,6 +324,24 @@ def check_decisions(before: Snapshot, result: CycleResult) -> None:
             moved.add(task)
     again = evicted_whole & bound
     assert not again, f"G8: evicted and placed back in the same cycle: {sorted(again)}"
+    _check_gangs_after(before, result)
+
+
+def _check_gangs_after(before: Snapshot, result: CycleResult) -> None:
+    """G9: once the decisions are carried out, every workload runs none of its tasks or at
+    least its gang."""
+    running = {w.name: {p.task_index for p in w.placements} for w in before.workloads}
+    for d in result.decisions:
+        tasks = running[d.workload]
+        if isinstance(d, Evict):
+            tasks.difference_update(d.task_indices or set(tasks))
+        elif isinstance(d, Bind):
+            tasks.update(p.task_index for p in d.placements)
+    for w in before.workloads:
+        left = len(running[w.name])
+        assert left == 0 or left >= w.gang_size, (
+            f"G9: {w.name} runs {left} tasks after the decisions, its gang needs {w.gang_size}"
+        )
 
 
 def check_pending_reasons(after: Snapshot, result: CycleResult) -> None:

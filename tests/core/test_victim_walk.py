@@ -419,3 +419,27 @@ def test_the_count_budget_is_shared_by_the_attempts_of_an_action() -> None:
     check_decisions(s, result)
     assert [d.workload for d in result.decisions if isinstance(d, Bind)] == ["a1"]
     assert "reclaim is bounded per cycle" in result.pending_reasons["a2"]
+
+
+@pytest.mark.usefixtures("either_path")
+def test_the_rest_of_an_elastic_gang_never_goes_without_its_surplus_tasks() -> None:
+    # Found by `benchmarks/cycle.py --settled` at 10,000 nodes: an elastic gang (4 tasks, at
+    # least 3) lost tasks 0-2 and kept task 3 alone (G9). Its surplus task 3 comes first in
+    # victim order and is counted on n2, which it does not free (x holds n2's other device);
+    # the rest (tasks 0-2) frees n1, so the walk took out only the units with a task on n1.
+    # The rest of a gang takes the gang's counted surplus tasks with it.
+    w = replace(train("w", "beta", 1, tasks=4), min_available=3)
+    s = snapshot(
+        [node("n1", 2), node("n2", 2), node("n3", 1)],
+        [project("alpha", 2), project("beta", 0)],
+        [
+            running(w, [("n1", (0,)), ("n1", (1,)), ("n3", (0,)), ("n2", (0,))], -100),
+            running(train("x", "beta"), "n2", (1,), -900),
+            train("a", "alpha", 2),
+        ],
+    )
+    result = run_cycle(s)
+    check_decisions(s, result)
+    evicted = [(d.workload, d.task_indices) for d in result.decisions if isinstance(d, Evict)]
+    assert evicted == [("w", ())]
+    assert [d.workload for d in result.decisions if isinstance(d, Bind)] == ["a"]

@@ -182,6 +182,8 @@ class VirtualVictims:
         self.reasons: list[object] = []
         """Per unit, what the caller's justification said when it was counted."""
         self._taken: dict[int, set[int]] = {}
+        self._positions_of: dict[int, list[int]] = {}
+        """Victim index -> the positions of its units counted."""
         """Victim index -> its tasks counted out."""
         self._by_node: dict[int, _Freed] = {}
         self._charged: list[bool] = []
@@ -235,6 +237,7 @@ class VirtualVictims:
         self.units.append(counted)
         self.reasons.append(reason)
         self._taken.setdefault(victim.index, set()).update(tasks)
+        self._positions_of.setdefault(victim.index, []).append(position)
         self._charge(counted, -1)
         self._charged.append(True)
         return nodes
@@ -287,10 +290,27 @@ class VirtualVictims:
         return any(u - back.get(d, 0) <= room for d, u in enumerate(used))
 
     def positions_on(self, nodes: list[int]) -> list[int]:
-        """Positions of the units with a task on any of `nodes`, in walk order."""
+        """Positions of the units with a task on any of `nodes`, in walk order, and of every
+        other unit counted of a workload that those would leave running fewer tasks than its
+        gang (G9): the rest of an elastic gang goes with its surplus tasks counted before it,
+        wherever they run (they come first in victim order, so the count saw them first)."""
         found: set[int] = set()
         for node in nodes:
             found.update(self._by_node[node].positions)
+        out: dict[int, int] = {}
+        """Victim index -> its tasks taken out by the positions found."""
+        for position in found:
+            counted = self.units[position]
+            index = counted.work.index
+            out[index] = out.get(index, 0) + len(counted.allocs)
+        for index, tasks_out in out.items():
+            positions = self._positions_of[index]
+            if len(positions) == 1:
+                continue
+            work = self.units[positions[0]].work
+            left = len(work.allocs) - tasks_out
+            if 0 < left < work.spec.gang_size:
+                found.update(positions)
         return sorted(found)
 
     def take_out(self, statement: Statement, positions: list[int]) -> None:
