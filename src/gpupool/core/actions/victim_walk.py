@@ -182,9 +182,9 @@ class VirtualVictims:
         self.reasons: list[object] = []
         """Per unit, what the caller's justification said when it was counted."""
         self._taken: dict[int, set[int]] = {}
+        """Victim index -> its tasks counted out."""
         self._positions_of: dict[int, list[int]] = {}
         """Victim index -> the positions of its units counted."""
-        """Victim index -> its tasks counted out."""
         self._by_node: dict[int, _Freed] = {}
         self._charged: list[bool] = []
         """Per unit: whether its holdings are lowered now (undone when it is taken out for real
