@@ -175,7 +175,7 @@ def reclaim(ctx: CycleContext) -> None:
         if victims is None:
             victims = _reclaim_candidates(ctx)
             victim_projects = sorted({u.work.project for u in victims})
-            freeable = Freeable(ctx, {id(u.work): u.work for u in victims}.values())
+            freeable = Freeable(ctx, dict.fromkeys(u.work for u in victims))
         path = session.project_path(work)
         guards = _reclaimer_guards(ctx, work, ask_gpu)
         inside = [

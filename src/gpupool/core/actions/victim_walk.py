@@ -126,19 +126,25 @@ class Freeable:
     def _could_hold(self, whole: bool, amount: int, node: int) -> bool:
         """Whether `node`'s devices would hold one task of `amount` (whole GPUs, else
         milli-GPU) with every candidate out."""
-        used = self._session.device_used[node]
         held = self._held.get(node, _NOTHING)
-        if whole:
-            freeable = 0
-            for device, milli in enumerate(used):
-                if milli <= held.get(device, 0):
-                    freeable += 1
-            return freeable >= amount
-        room = MILLI_PER_GPU - amount
-        return any(milli - held.get(device, 0) <= room for device, milli in enumerate(used))
+        return _holds_one(self._session.device_used[node], held, whole, amount)
 
 
 _NOTHING: dict[int, int] = {}
+
+
+def _holds_one(used: list[int], freed: dict[int, int], whole: bool, amount: int) -> bool:
+    """Whether devices with `used` milli-GPU in use, less `freed` on some of them, hold one task
+    of `amount`: that many devices left empty (whole GPUs), or one device with room for that
+    much milli-GPU."""
+    if whole:
+        empty = 0
+        for device, milli in enumerate(used):
+            if milli <= freed.get(device, 0):
+                empty += 1
+        return empty >= amount
+    room = MILLI_PER_GPU - amount
+    return any(milli - freed.get(device, 0) <= room for device, milli in enumerate(used))
 
 
 class Counted:
@@ -275,19 +281,10 @@ class VirtualVictims:
     def _has_devices(self, spec: Workload, node: int) -> bool:
         """Whether `node`, with the victims counted on it out, has the devices for one task."""
         s = self._session
-        used = s.device_used[node]
-        back = self._by_node[node].devices
         request = spec.gpu
-        if request.kind is _WHOLE:
-            empty = s.empty_count[node]
-            for device, milli in back.items():
-                if used[device] and used[device] == milli:  # emptied by the victims
-                    empty += 1
-            return empty >= request.amount
-        need = request.milli_on(s.nodes[node].gpu_memory_mib)
-        room = MILLI_PER_GPU - need
-        """Most a device may have in use to take the task."""
-        return any(u - back.get(d, 0) <= room for d, u in enumerate(used))
+        whole = request.kind is _WHOLE
+        amount = request.amount if whole else request.milli_on(s.nodes[node].gpu_memory_mib)
+        return _holds_one(s.device_used[node], self._by_node[node].devices, whole, amount)
 
     def positions_on(self, nodes: list[int]) -> list[int]:
         """Positions of the units with a task on any of `nodes`, in walk order, and of every
