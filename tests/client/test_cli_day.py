@@ -24,6 +24,7 @@ from gpupool.api.schemas import ProjectIn, WorkloadOut
 from gpupool.cli.main import app
 from gpupool.client.config import ClientConfig, write_config
 from gpupool.client.http import ApiError, GpupoolClient
+from gpupool.corebuild import core_build
 from gpupool.demo.story import plan_demo
 from gpupool.server.process import ServerProcess
 from liveserver import LiveServer, unique, wait_for
@@ -74,7 +75,7 @@ def write(path: Path, text: str) -> Path:
 def test_version_and_completion(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     version = cli("--version")
     assert version.exit_code == 0
-    assert version.stdout == f"gpupool {gpupool.__version__}\n"
+    assert version.stdout == f"gpupool {gpupool.__version__} (scheduling core: {core_build()})\n"
     # `--show-completion` prints the script for the shell it runs under, found among the
     # process's ancestors (shellingham); under a test runner started by no shell (an IDE, a
     # background job) there is none, so the shell is bash here.

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
+import pytest
+
 from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import Bind, CycleResult, Decision, Evict, Move, ProjectShare
 from gpupool.core.model import (
@@ -31,7 +33,16 @@ from gpupool.core.model import (
     Workload,
     WorkloadType,
 )
+from gpupool.corebuild import core_build
 from gpupool.simcluster.apply import apply_decisions
+
+pure_core_only = pytest.mark.skipif(
+    core_build() == "compiled",
+    reason="replaces a function of the core, which the compiled core calls directly; the "
+    "pure-Python run tests it",
+)
+"""For a test that patches the core (a spy, or one path swapped for another): patched or not,
+compiled code calls its own functions, so such a test would pass without testing anything."""
 
 # --------------------------------------------------------------------------------------------
 # Builders

@@ -22,7 +22,7 @@ from gpupool.core.cycle import run_cycle
 from gpupool.core.model import Snapshot
 from gpupool.core.records import WorkRecord, WorkState
 
-from .helpers import check_decisions, node, project, running, snapshot, train
+from .helpers import check_decisions, node, project, pure_core_only, running, snapshot, train
 from .test_properties import snapshots
 from .test_victim_walk import _RANDOM_CLUSTERS
 
@@ -43,6 +43,7 @@ def _beta_one_gpu_over_its_share() -> Snapshot:
     )
 
 
+@pure_core_only
 def test_a_turned_down_project_is_not_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[int] = []
     original = reclaim._justify
@@ -92,6 +93,7 @@ class _Forgetful(set[int]):
         pass
 
 
+@pure_core_only
 @_RANDOM_CLUSTERS
 @given(snapshots())
 def test_passing_over_turned_down_projects_decides_the_same(s: Snapshot) -> None:

@@ -146,6 +146,13 @@ NOT_RUN: dict[str, str] = {
         "needs scripts/kube-testenv (Go, about 6 min to build) and minutes of load; "
         "tests/kubernetes cover the same server"
     ),
+    # performance.md: the compiled core
+    "GPUPOOL_COMPILE_CORE=1 .venv/bin/pip install .   # from a checkout, not -e; about 2 "
+    "CPU-minutes": (
+        "would replace the test's own install; tests/test_compile_core.py::"
+        "test_the_compiled_core_makes_the_recorded_decisions builds the same wheel "
+        "(benchmarks/compile_core.py), installs it aside and runs the core's tests on it"
+    ),
     # README: Development. CI runs these four lines as they are (.ci/run, after the tests); here
     # they would fail this test for any file of the checkout, and mypy takes a minute cold.
     ".venv/bin/ruff check .            # lint": "CI runs this exact line: .ci/run, ruff check",

@@ -42,7 +42,9 @@ register_cluster_commands(app)
 
 def _print_version(value: bool) -> None:
     if value:
-        typer.echo(f"gpupool {gpupool.__version__}")
+        from gpupool.corebuild import core_build  # the core loads only when asked
+
+        typer.echo(f"gpupool {gpupool.__version__} (scheduling core: {core_build()})")
         raise typer.Exit()
 
 

@@ -3,9 +3,12 @@ are scored for a task, in the scheduling cycle (every action), the simulator and
 benchmark alike.
 
 Adding a policy is one class in one new module of this package: subclass `PlacementPolicy`,
-decorate it with `@register("name")`. Every module here is imported when the package is, so the
-name is then accepted by the server (`--placement`), scenario files (`settings.placement`) and
-`gpupool bench packing --policy`.
+then `register("name")(TheClass)` after it. Every module here is imported when the package is, so
+the name is then accepted by the server (`--placement`), scenario files (`settings.placement`) and
+`gpupool bench packing --policy`. The policies here are registered by a call rather than with
+`@register` as a class decorator because the compiled core (docs/performance.md) compiles a
+decorated class as a plain Python class, which may not subclass the compiled base; a policy kept
+outside the package, never compiled, may use the decorator.
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, Self
 
+from mypy_extensions import mypyc_attr
+
 from gpupool.core.model import MILLI_PER_GPU
 
 
@@ -244,6 +246,7 @@ Scored = tuple[float, tuple[int, ...]]
 """A node's score for a pod (lower is better) and the devices the pod would take there."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class PlacementPolicy:
     """Scores one node for one pod. Subclasses implement `score` (feasibility is checked
     first) and register with `gpupool.core.policies.register`; `create` builds one for a run

@@ -19,7 +19,6 @@ from gpupool.core.policies.base import (
 )
 
 
-@register("best-fit")
 class BestFitPolicy(PlacementPolicy):
     """The node left with the least free CPU and GPU (each normalised by the largest node)."""
 
@@ -36,3 +35,7 @@ class BestFitPolicy(PlacementPolicy):
         gpu_left = sum(state.device_free[node]) - shape.total_gpu_milli
         value = 0.5 * cpu_left / self._max_cpu + 0.5 * gpu_left / self._max_gpu
         return -node_score(1.0 - value), tightest(state, node, shape)
+
+
+# A call rather than `@register`: mypyc compiles a decorated class as a Python class.
+register("best-fit")(BestFitPolicy)

@@ -22,7 +22,6 @@ _DELTA_STEP = 2000.0
 """Shared devices compare by fragmentation change first (|change| <= 1000), then by free part."""
 
 
-@register("binpack", "pack")
 class BinPackPolicy(PlacementPolicy):
     """Whole GPUs on the node with the fewest empty devices that still has enough (its
     lowest-numbered ones). A fraction onto an already shared device before an empty one: the
@@ -85,7 +84,6 @@ class BinPackPolicy(PlacementPolicy):
         return None
 
 
-@register("spread")
 class SpreadPolicy(BinPackPolicy):
     """Whole GPUs and fractions that need an empty device on the node with the most empty
     devices; fractions still share a device before taking an empty one, as bin-pack does."""
@@ -94,3 +92,8 @@ class SpreadPolicy(BinPackPolicy):
 
     def _empty_rank(self, empty: int) -> float:
         return float(-empty)
+
+
+# A call rather than `@register`: mypyc compiles a decorated class as a Python class.
+register("binpack", "pack")(BinPackPolicy)
+register("spread")(SpreadPolicy)

@@ -15,7 +15,6 @@ from gpupool.core.policies.base import (
 )
 
 
-@register("dot-product")
 class DotProductPolicy(PlacementPolicy):
     """Tetris-style: the smallest dot product of the pod's demand and the node's free resources,
     both normalised by the node's capacity (CPU, and GPU on the devices the pod would use)."""
@@ -36,3 +35,7 @@ class DotProductPolicy(PlacementPolicy):
         capacity = spec.gpu_count * MILLI_PER_GPU
         gpu = (sum(free) / capacity) * (shape.total_gpu_milli / capacity)
         return -node_score(1.0 - (cpu + gpu) / 2), tightest(state, node, shape)
+
+
+# A call rather than `@register`: mypyc compiles a decorated class as a Python class.
+register("dot-product")(DotProductPolicy)

@@ -20,7 +20,6 @@ from gpupool.core.policies.base import (
 )
 
 
-@register("gpu-clustering")
 class GpuClusteringPolicy(PlacementPolicy):
     """Pods asking for the same per-device GPU share go together; fuller nodes first."""
 
@@ -43,3 +42,7 @@ class GpuClusteringPolicy(PlacementPolicy):
         else:
             tier = quarter if not tags else 0
         return -float(tier + fill), devices
+
+
+# A call rather than `@register`: mypyc compiles a decorated class as a Python class.
+register("gpu-clustering")(GpuClusteringPolicy)

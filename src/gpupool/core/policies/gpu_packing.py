@@ -14,7 +14,6 @@ from gpupool.core.policies.base import (
 )
 
 
-@register("gpu-packing")
 class GpuPackingPolicy(PlacementPolicy):
     """Prefer already shared devices, then free devices of a used node, then an empty node."""
 
@@ -29,3 +28,7 @@ class GpuPackingPolicy(PlacementPolicy):
             return -float(max(MAX_NODE_SCORE // 2 - fresh, MAX_NODE_SCORE // 3)), devices
         left_pct = sum(free[d] * 100 // MILLI_PER_GPU for d in devices)
         return -float(max(MAX_NODE_SCORE - left_pct // 10, MAX_NODE_SCORE // 2)), devices
+
+
+# A call rather than `@register`: mypyc compiles a decorated class as a Python class.
+register("gpu-packing")(GpuPackingPolicy)

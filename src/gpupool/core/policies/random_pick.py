@@ -16,7 +16,6 @@ from gpupool.core.policies.base import (
 )
 
 
-@register("random")
 class RandomPolicy(PlacementPolicy):
     """Every feasible node scores the same: the tie-break picks one at random."""
 
@@ -40,3 +39,7 @@ class RandomPolicy(PlacementPolicy):
         while len(chosen) < shape.gpu_count:
             chosen.append(room.pop(self._pick(len(room))))
         return tuple(sorted(chosen))
+
+
+# A call rather than `@register`: mypyc compiles a decorated class as a Python class.
+register("random")(RandomPolicy)
