@@ -5,11 +5,12 @@ at random (`RotatingPick`)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Workload
 from gpupool.core.policies.base import PodShape, TypicalShape
 
-TYPICAL_WEIGHT_STEP = 100
+TYPICAL_WEIGHT_STEP: Final = 100
 """The cycle's target workload weights are rounded to 1/this: the same mix from one cycle to
 the next gives the same target (and the policies' per-target work is kept)."""
 

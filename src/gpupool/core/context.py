@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from gpupool.core.decisions import Evict, Move
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Workload
@@ -12,9 +12,9 @@ from gpupool.core.session import Session, Statement, WorkRecord, WorkState
 
 # Enum members as module globals: reading one from its class costs ten times as much in
 # Python 3.11, and the loops here read them per workload.
-_MEMORY = GpuRequestKind.MEMORY
-_WHOLE = GpuRequestKind.WHOLE
-_RUNNING = WorkState.RUNNING
+_MEMORY: Final = GpuRequestKind.MEMORY
+_WHOLE: Final = GpuRequestKind.WHOLE
+_RUNNING: Final = WorkState.RUNNING
 
 GPU, CPU, MEMORY = 0, 1, 2
 _UNIT_NAMES = ("GPU", "CPU", "memory")
@@ -36,7 +36,7 @@ def _nodes_have(count: int) -> str:
     return "1 node has" if count == 1 else f"{count} nodes have"
 
 
-_KEYS_SHOWN = 5
+_KEYS_SHOWN: Final = 5
 
 
 def _keys_text(keys: tuple[str, ...]) -> str:
@@ -66,7 +66,7 @@ class Ask(NamedTuple):
         return self[resource]
 
 
-_NOTHING = Ask(0, 0, 0)
+_NOTHING: Final = Ask(0, 0, 0)
 
 
 def gang_to_start(work: WorkRecord) -> int:

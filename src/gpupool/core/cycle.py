@@ -8,6 +8,7 @@ fractions. This is the only entry point drivers call.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 from gpupool.core.actions.allocate import allocate
 from gpupool.core.actions.consolidate import consolidate
@@ -24,8 +25,8 @@ from gpupool.core.session import Session, WorkState
 
 # Enum members as module globals: reading one from its class costs ten times as much in
 # Python 3.11, and the loops here read them per workload.
-_PENDING = WorkState.PENDING
-_RUNNING = WorkState.RUNNING
+_PENDING: Final = WorkState.PENDING
+_RUNNING: Final = WorkState.RUNNING
 
 
 def run_cycle(snapshot: Snapshot, observer: CycleObserver | None = None) -> CycleResult:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Final
 
-MILLI_PER_GPU = 1000
+MILLI_PER_GPU: Final = 1000
 """One whole device, in milli-GPU."""
 
 
@@ -61,7 +62,7 @@ class Limits:
     memory_mib: int | None = None
 
 
-NO_LIMITS = Limits()
+NO_LIMITS: Final = Limits()
 
 
 class TaintEffect(enum.Enum):
@@ -180,8 +181,8 @@ class GpuRequestKind(enum.Enum):
     """`amount` MiB of one device's memory per task; charged as that fraction of the device."""
 
 
-_WHOLE = GpuRequestKind.WHOLE
-_FRACTION = GpuRequestKind.FRACTION
+_WHOLE: Final = GpuRequestKind.WHOLE
+_FRACTION: Final = GpuRequestKind.FRACTION
 """For the methods below, which placement calls per candidate device: reading a member from its
 enum class costs ten times a global in Python 3.11."""
 

@@ -28,9 +28,9 @@ from gpupool.core.session import Session, TaskAlloc, WorkRecord
 
 # Enum members as module globals: reading one from its class costs ten times as much in
 # Python 3.11, and a search reads them for every task placed.
-_WHOLE = GpuRequestKind.WHOLE
-_FRACTION = GpuRequestKind.FRACTION
-_MEMORY = GpuRequestKind.MEMORY
+_WHOLE: Final = GpuRequestKind.WHOLE
+_FRACTION: Final = GpuRequestKind.FRACTION
+_MEMORY: Final = GpuRequestKind.MEMORY
 
 _UNSCORED: Final[Any] = object()
 """What `Placer._scores` answers for a shape not scored yet on a node."""

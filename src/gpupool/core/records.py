@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from gpupool.core.model import Project, Workload, WorkloadType
 
-UNTRACKED = 1 << 62
+UNTRACKED: Final = 1 << 62
 """Free CPU or memory of a node that does not declare it: never the bottleneck."""
 
 
@@ -18,7 +18,7 @@ class WorkState(enum.Enum):
     EVICTED = "evicted"
 
 
-_PENDING = WorkState.PENDING
+_PENDING: Final = WorkState.PENDING
 """By module name: in Python 3.11 reading `WorkState.PENDING` from the class costs ten times a
 global."""
 
@@ -40,8 +40,8 @@ class TaskAlloc(NamedTuple):
 _TYPE_DEFAULTS = {t._value_: (t.default_priority, t.default_preemptible) for t in WorkloadType}
 """Per workload type's value: (priority, preemptible) when the workload does not set them. By
 value, since hashing an enum member runs Python code and a string's hash is kept."""
-_TRAIN = WorkloadType.TRAIN
-_TRAIN_DEFAULTS = _TYPE_DEFAULTS[_TRAIN._value_]
+_TRAIN: Final = WorkloadType.TRAIN
+_TRAIN_DEFAULTS: Final = _TYPE_DEFAULTS[_TRAIN._value_]
 """The most common type, told apart by identity."""
 
 NO_ALLOCS: dict[int, TaskAlloc] = {}

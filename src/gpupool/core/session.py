@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 from bisect import bisect_left, insort
+from typing import Final
 
 from gpupool.core.model import (
     MILLI_PER_GPU,
@@ -34,9 +35,9 @@ from gpupool.core.statement import Statement as Statement
 # The records live in `records` and `Statement` in `statement`; the actions import them from
 # here, next to `Session`.
 
-_RUNNING = WorkState.RUNNING
-_WHOLE = GpuRequestKind.WHOLE
-_FRACTION = GpuRequestKind.FRACTION
+_RUNNING: Final = WorkState.RUNNING
+_WHOLE: Final = GpuRequestKind.WHOLE
+_FRACTION: Final = GpuRequestKind.FRACTION
 """Enum members by module name: in Python 3.11 reading one from its class costs ten times a
 global, and hashing a member runs Python code."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import operator
-from typing import cast
+from typing import Final, cast
 
 from gpupool.core.context import GPU, CycleContext
 from gpupool.core.model import GpuRequestKind
@@ -19,15 +19,15 @@ from gpupool.core.session import Statement, WorkRecord, WorkState
 
 # Enum members as module globals: reading one from its class costs ten times as much in
 # Python 3.11, and the loops here read them per workload.
-_WHOLE = GpuRequestKind.WHOLE
-_FRACTION = GpuRequestKind.FRACTION
-_MEMORY = GpuRequestKind.MEMORY
-_PENDING = WorkState.PENDING
-_RUNNING = WorkState.RUNNING
+_WHOLE: Final = GpuRequestKind.WHOLE
+_FRACTION: Final = GpuRequestKind.FRACTION
+_MEMORY: Final = GpuRequestKind.MEMORY
+_PENDING: Final = WorkState.PENDING
+_RUNNING: Final = WorkState.RUNNING
 
 ShapeKey = tuple[object, ...]
 
-_FITS = "fits in idle capacity"
+_FITS: Final = "fits in idle capacity"
 _ONE_TASK = [0]
 """The gang of a one-task workload, for the pending reason (read, never changed)."""
 
@@ -63,7 +63,7 @@ def pending_shape_key(ctx: CycleContext, work: WorkRecord, gang_size: int) -> Sh
     return key
 
 
-_NO_SHARE = float("inf")
+_NO_SHARE: Final = float("inf")
 
 
 def share_ratio(ctx: CycleContext, project: int) -> float:

@@ -21,6 +21,8 @@ moves per attempt, a few candidate places per task.
 
 from __future__ import annotations
 
+from typing import Final
+
 from gpupool.core.actions.victims import can_be_victim, fits_back, victim_order
 from gpupool.core.context import CycleContext, gang_to_start
 from gpupool.core.decisions import Move, MoveCause
@@ -29,14 +31,14 @@ from gpupool.core.session import Statement, TaskAlloc, WorkRecord, WorkState
 
 # Enum members as module globals: reading one from its class costs ten times as much in
 # Python 3.11, and the loops here read them per workload.
-_MEMORY = GpuRequestKind.MEMORY
-_WHOLE = GpuRequestKind.WHOLE
-_PENDING = WorkState.PENDING
-_RUNNING = WorkState.RUNNING
+_MEMORY: Final = GpuRequestKind.MEMORY
+_WHOLE: Final = GpuRequestKind.WHOLE
+_PENDING: Final = WorkState.PENDING
+_RUNNING: Final = WorkState.RUNNING
 
-_CANDIDATES = 8
+_CANDIDATES: Final = 8
 """Candidate places (nodes, or devices for a shared request) tried per task."""
-_DEVICES_EXAMINED = 64
+_DEVICES_EXAMINED: Final = 64
 """Shared devices looked at, at most, to find those candidates."""
 
 Mover = tuple[int, WorkRecord, int]

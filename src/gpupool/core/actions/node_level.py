@@ -16,13 +16,15 @@ device stays there; the placer keeps new placements off that device (`Placer` pi
 
 from __future__ import annotations
 
+from typing import Final
+
 from gpupool.core.context import CycleContext
 from gpupool.core.decisions import Move, MoveCause
 from gpupool.core.session import TaskAlloc, WorkRecord, WorkState
 
 # Enum members as module globals: reading one from its class costs ten times as much in
 # Python 3.11, and the loops here read them per workload.
-_RUNNING = WorkState.RUNNING
+_RUNNING: Final = WorkState.RUNNING
 
 
 def node_level(ctx: CycleContext) -> None:

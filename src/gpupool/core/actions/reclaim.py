@@ -31,6 +31,7 @@ from __future__ import annotations
 import bisect
 import operator
 from collections.abc import Iterator
+from typing import Final
 
 from gpupool.core.actions.allocate import (
     ShapeKey,
@@ -55,13 +56,13 @@ from gpupool.core.session import ProjectRecord, WorkRecord, WorkState
 
 # Enum members as module globals: reading one from its class costs ten times as much in
 # Python 3.11, and the loops here read them per workload.
-_PENDING = WorkState.PENDING
-_RUNNING = WorkState.RUNNING
+_PENDING: Final = WorkState.PENDING
+_RUNNING: Final = WorkState.RUNNING
 
 _FAIR, _QUOTA = 0, 1
 _order = operator.attrgetter("order")
-_NOTHING_TO_RECLAIM = "no over-quota work of other projects can be reclaimed to make it fit"
-_BOUNDED = "reclaim is bounded per cycle; it will be tried again"
+_NOTHING_TO_RECLAIM: Final = "no over-quota work of other projects can be reclaimed to make it fit"
+_BOUNDED: Final = "reclaim is bounded per cycle; it will be tried again"
 
 
 def _pending_in_order(ctx: CycleContext) -> list[WorkRecord]:

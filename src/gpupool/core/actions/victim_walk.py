@@ -32,18 +32,18 @@ nodes that could not take the task with every candidate out (`Freeable`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Protocol, TypeVar
+from typing import Final, Protocol, TypeVar
 
 from gpupool.core.context import CycleContext
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Workload
 from gpupool.core.records import TaskAlloc, WorkRecord, WorkState
 from gpupool.core.statement import Statement
 
-_WHOLE = GpuRequestKind.WHOLE
-_FRACTION = GpuRequestKind.FRACTION
-_MEMORY = GpuRequestKind.MEMORY
-_RUNNING = WorkState.RUNNING
-_EVICTED = WorkState.EVICTED
+_WHOLE: Final = GpuRequestKind.WHOLE
+_FRACTION: Final = GpuRequestKind.FRACTION
+_MEMORY: Final = GpuRequestKind.MEMORY
+_RUNNING: Final = WorkState.RUNNING
+_EVICTED: Final = WorkState.EVICTED
 
 
 def is_local(ctx: CycleContext, work: WorkRecord, gang: list[int]) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import dataclass
-from typing import NamedTuple, cast
+from typing import Final, NamedTuple, cast
 
 from gpupool.core.actions.victim_walk import Freeable, VirtualVictims, is_local
 from gpupool.core.context import CycleContext
@@ -28,9 +28,9 @@ from gpupool.core.session import Session, Statement, TaskAlloc, WorkRecord, Work
 
 # Enum members as module globals: reading one from its class costs ten times as much in
 # Python 3.11, and the loops here read them per workload.
-_WHOLE = GpuRequestKind.WHOLE
-_EVICTED = WorkState.EVICTED
-_RUNNING = WorkState.RUNNING
+_WHOLE: Final = GpuRequestKind.WHOLE
+_EVICTED: Final = WorkState.EVICTED
+_RUNNING: Final = WorkState.RUNNING
 
 
 class VictimUnit(NamedTuple):

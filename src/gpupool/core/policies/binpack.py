@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Self
+from typing import Final, Self
 
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.core.policies import register
@@ -16,9 +16,9 @@ from gpupool.core.policies.base import (
     TypicalShape,
 )
 
-_EMPTY_DEVICE_RANK = 1e9
+_EMPTY_DEVICE_RANK: Final = 1e9
 """A fraction goes onto an empty device only when no shared device on any candidate takes it."""
-_DELTA_STEP = 2000.0
+_DELTA_STEP: Final = 2000.0
 """Shared devices compare by fragmentation change first (|change| <= 1000), then by free part."""
 
 
