@@ -37,14 +37,16 @@ class TaskAlloc(NamedTuple):
     burst_device: int | None = None
 
 
-_TYPE_DEFAULTS = {t._value_: (t.default_priority, t.default_preemptible) for t in WorkloadType}
+_TYPE_DEFAULTS: Final = {
+    t._value_: (t.default_priority, t.default_preemptible) for t in WorkloadType
+}
 """Per workload type's value: (priority, preemptible) when the workload does not set them. By
 value, since hashing an enum member runs Python code and a string's hash is kept."""
 _TRAIN: Final = WorkloadType.TRAIN
 _TRAIN_DEFAULTS: Final = _TYPE_DEFAULTS[_TRAIN._value_]
 """The most common type, told apart by identity."""
 
-NO_ALLOCS: dict[int, TaskAlloc] = {}
+NO_ALLOCS: Final[dict[int, TaskAlloc]] = {}
 """Shared by every record with nothing placed; `Session._add_alloc` gives a record its own dict
 on the first placement. Most workloads in a long queue never get one in a cycle, and not
 allocating 100,000 empty dicts keeps the cycle clear of full garbage collections."""

@@ -130,7 +130,7 @@ class Freeable:
         return _holds_one(self._session.device_used[node], held, whole, amount)
 
 
-_NOTHING: dict[int, int] = {}
+_NOTHING: Final[dict[int, int]] = {}
 
 
 def _holds_one(used: list[int], freed: dict[int, int], whole: bool, amount: int) -> bool:

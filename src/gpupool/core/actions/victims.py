@@ -87,7 +87,7 @@ def can_be_victim(session: Session, work: WorkRecord) -> bool:
     return session.snapshot.now_s - spec.started_at_s >= min_runtime
 
 
-_EXAMINE_FACTOR = 8
+_EXAMINE_FACTOR: Final = 8
 """Candidates looked at per attempt, as a multiple of the victim bound: keeps a scan bounded."""
 
 Reason = Callable[[], str]
@@ -207,7 +207,7 @@ def _evict_in_turn(
     return False
 
 
-_FITS_FREED = "fits in capacity freed earlier in this cycle"
+_FITS_FREED: Final = "fits in capacity freed earlier in this cycle"
 
 
 def _justified_units(
@@ -317,7 +317,7 @@ def _evict_node_by_node(
             counts.left -= len(walk)
 
 
-_NO_BOUND = 1 << 62
+_NO_BOUND: Final = 1 << 62
 """`_justified_units`' `examine` for the walk: its candidates are bounded by what it counts."""
 
 

@@ -15,7 +15,7 @@ import functools
 import itertools
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, Self
+from typing import ClassVar, Final, Protocol, Self
 
 from mypy_extensions import mypyc_attr
 
@@ -156,7 +156,7 @@ def rows_fragmentation_milli(
     return fragment
 
 
-_UNBOUNDED = float("inf")
+_UNBOUNDED: Final = float("inf")
 """Free memory of a measure that leaves memory out: no shape lacks it."""
 
 
@@ -314,7 +314,7 @@ def tightest(state: Capacity, node: int, shape: PodShape) -> tuple[int, ...]:
     return tuple(sorted(room[: shape.gpu_count]))
 
 
-MAX_NODE_SCORE = 100
+MAX_NODE_SCORE: Final = 100
 """The baselines score nodes as Kubernetes score plugins do: integers 0..100, ties at random.
 The coarse integer is part of how they behave (it makes ties), so it is kept."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import bisect
 import functools
 from collections.abc import Sequence
-from typing import Self
+from typing import Final, Self
 
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.core.policies import register
@@ -19,13 +19,13 @@ from gpupool.core.policies.base import (
 )
 from gpupool.core.policies.fgd import FgdPolicy
 
-DEFAULT_STRANDING_WEIGHT = 4.0
+DEFAULT_STRANDING_WEIGHT: Final = 4.0
 """How much our default policy charges for GPU that the node's CPU or memory could no longer
 feed, next to FGD's fragment (see `DefaultPolicy`): a stranded GPU is lost for sure, a fragment
 only for some shapes. Without the term (0) the default loses about half a point on the openb
 default, gpushare60 and gpuspec10 traces; 8 or 16 instead of 4 move it by less than 0.05."""
 
-PLAN_PODS = 100_000
+PLAN_PODS: Final = 100_000
 """How many shares `DevicePlan` packs to find the planned fills (in the shapes' proportions)."""
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterable, Sequence
-from typing import ClassVar, Self
+from typing import ClassVar, Final, Self
 
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.core.policies import register
@@ -27,19 +27,19 @@ from gpupool.core.policies.base import (
     sorted_free,
 )
 
-PLAN_RANK_STEP = 1000.0
+PLAN_RANK_STEP: Final = 1000.0
 """A subclass may rank a sharing pod's devices (`_device_rank`); the score is then
 rank * this - FGD's score, so any rank beats any score (0..100)."""
 
-ARTIFACT_POPULARITY_PCT = 95
+ARTIFACT_POPULARITY_PCT: Final = 95
 """The artifact's target workload keeps the most common pod shapes that cover this share (%) of
 the pods (`podPopularityThreshold: 95` in its experiment scripts, one shape at a time)."""
-FGD_SCORE_SCALE_MILLI = 1000.0
+FGD_SCORE_SCALE_MILLI: Final = 1000.0
 """The artifact scores a node by 100·sigmoid(-growth / 1000): the growth of fragmentation in
 whole GPUs."""
-GPU_MODEL_SEPARATOR = "|"
+GPU_MODEL_SEPARATOR: Final = "|"
 """How the artifact writes a pod's allowed GPU models (and compares them, as one string)."""
-_EXP_LIMIT = 700.0
+_EXP_LIMIT: Final = 700.0
 """Past this exponent `math.exp` overflows (about 709.8)."""
 
 
@@ -147,7 +147,7 @@ def rows_fgd_fragmentation_milli(
     return total
 
 
-_UNBOUNDED = float("inf")
+_UNBOUNDED: Final = float("inf")
 """Free memory of a measure that leaves memory out: no shape lacks it."""
 
 
