@@ -19,7 +19,8 @@ from gpupool_build import BUILDING_WHEEL_ENV, MYPYC_REQUIREMENT, compile_core_re
 
 
 class _ParallelBuildExt(build_ext):
-    """The extension modules compiled on every core (mypyc writes one C file per module)."""
+    """The extension modules (mypyc's shared library and a small one per module) compiled on
+    every CPU."""
 
     def finalize_options(self) -> None:
         super().finalize_options()

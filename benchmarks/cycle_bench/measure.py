@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import importlib
-import importlib.machinery
 import statistics
 import sys
 import time
@@ -25,6 +24,7 @@ from cycle_bench.workload import build_snapshot
 from gpupool.core.decisions import Bind, CycleResult, Evict, Move
 from gpupool.core.model import Snapshot
 from gpupool.core.observer import PHASES, CycleObserver
+from gpupool.corebuild import core_build as core_build
 from gpupool.simcluster.apply import apply_decisions
 
 
@@ -32,15 +32,6 @@ class RunCycle(Protocol):
     def __call__(
         self, snapshot: Snapshot, observer: CycleObserver | None = None
     ) -> CycleResult: ...
-
-
-def core_build() -> str:
-    """ "compiled" when `gpupool.core.cycle` was loaded from an extension module (a mypyc build,
-    benchmarks/compile_core.py), else "pure Python"."""
-    module = importlib.import_module("gpupool.core.cycle")
-    path = getattr(module, "__file__", None) or ""
-    compiled = path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
-    return "compiled" if compiled else "pure Python"
 
 
 def load_run_cycle() -> RunCycle:
