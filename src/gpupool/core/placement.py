@@ -24,6 +24,7 @@ from gpupool.core.model import (
 )
 from gpupool.core.policies import create_policy
 from gpupool.core.policies.base import PodShape, PolicyContext, Scored, TypicalShape
+from gpupool.core.records import task_alloc
 from gpupool.core.session import Session, TaskAlloc, WorkRecord
 
 # Enum members as module globals: reading one from its class costs ten times as much in
@@ -257,7 +258,7 @@ class Placer:
         _, node, devices, shape = best
         devices = policy.finish(self.capacity, node, shape, devices)
         device_memory = self.session.nodes[node].gpu_memory_mib
-        return TaskAlloc(
+        return task_alloc(
             task_index,
             node,
             devices,

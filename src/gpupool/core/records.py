@@ -37,6 +37,27 @@ class TaskAlloc(NamedTuple):
     burst_device: int | None = None
 
 
+NEW_TUPLE: Final = tuple.__new__
+"""`NEW_TUPLE(Cls, (field, ...))` builds a named tuple without the `__new__` that `NamedTuple`
+writes in Python: 0.2 instead of 0.6 µs, and the compiled core then runs no interpreted code
+for it. For the named tuples a cycle makes by the thousand."""
+
+
+def task_alloc(
+    task_index: int,
+    node: int,
+    devices: tuple[int, ...],
+    milli_per_device: int,
+    memory_mib_per_device: int,
+    burst_device: int | None = None,
+) -> TaskAlloc:
+    """`TaskAlloc(...)`, built as `NEW_TUPLE` does."""
+    return NEW_TUPLE(
+        TaskAlloc,
+        (task_index, node, devices, milli_per_device, memory_mib_per_device, burst_device),
+    )
+
+
 _TYPE_DEFAULTS: Final = {
     t._value_: (t.default_priority, t.default_preemptible) for t in WorkloadType
 }

@@ -30,6 +30,7 @@ from gpupool.core.records import ProjectRecord as ProjectRecord
 from gpupool.core.records import TaskAlloc as TaskAlloc
 from gpupool.core.records import WorkRecord as WorkRecord
 from gpupool.core.records import WorkState as WorkState
+from gpupool.core.records import task_alloc
 from gpupool.core.statement import Statement as Statement
 
 # The records live in `records` and `Statement` in `statement`; the actions import them from
@@ -284,7 +285,7 @@ class Session:
             milli, memory = gpu.amount, gpu.amount * device_memory // MILLI_PER_GPU
         else:
             milli, memory = gpu.milli_on(device_memory), gpu.memory_mib_on(device_memory)
-        return TaskAlloc(placement.task_index, node, devices, milli, memory, burst)
+        return task_alloc(placement.task_index, node, devices, milli, memory, burst)
 
     # --- the only two mutations -----------------------------------------------------------
 
@@ -454,7 +455,7 @@ class Session:
     def set_burst_device(self, work: WorkRecord, task_index: int, device: int | None) -> None:
         """Node-level: where a placed dynamic fraction physically runs. Accounting unchanged."""
         alloc = work.allocs[task_index]
-        work.allocs[task_index] = TaskAlloc(
+        work.allocs[task_index] = task_alloc(
             alloc.task_index,
             alloc.node,
             alloc.devices,

@@ -24,6 +24,7 @@ from gpupool.core.model import (
     SchedulerSettings,
     Workload,
 )
+from gpupool.core.records import NEW_TUPLE
 from gpupool.core.session import Session, Statement, TaskAlloc, WorkRecord, WorkState
 
 # Enum members as module globals: reading one from its class costs ten times as much in
@@ -50,15 +51,15 @@ def victim_units(work: WorkRecord) -> list[VictimUnit]:
     started = spec.started_at_s if spec.started_at_s is not None else 0
     gang = spec.tasks if spec.min_available is None else spec.min_available
     if gang >= 0 and len(work.allocs) <= gang:
-        return [VictimUnit(work, (), (work.priority, -started, -spec.submit_seq, 0))]
+        return [NEW_TUPLE(VictimUnit, (work, (), (work.priority, -started, -spec.submit_seq, 0)))]
     base = (work.priority, -started, -spec.submit_seq)
     placed = sorted(work.allocs)
     surplus = placed[gang:]
     units = [
-        VictimUnit(work, (task,), (*base, position))
+        NEW_TUPLE(VictimUnit, (work, (task,), (*base, position)))
         for position, task in enumerate(reversed(surplus))
     ]
-    units.append(VictimUnit(work, (), (*base, len(surplus))))
+    units.append(NEW_TUPLE(VictimUnit, (work, (), (*base, len(surplus)))))
     return units
 
 
