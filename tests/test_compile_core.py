@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,32 @@ def test_an_editable_install_is_not_compiled(
     with pytest.raises(SystemExit, match="not an editable install"):
         gpupool_build.build_editable(str(tmp_path))
     assert not list(tmp_path.iterdir())
+
+
+def test_the_source_distribution_holds_the_build_backend(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # pyproject.toml names tools/build as the backend's path: without it (MANIFEST.in) no wheel
+    # could be built from the sdist, compiled or not. Built from a copy without the egg-info
+    # that an earlier build leaves in src/ (setuptools would take that build's file list).
+    tree = tmp_path / "tree"
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE"):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, tree / name)
+    skip = shutil.ignore_patterns("*.egg-info", "__pycache__", "*.so")
+    shutil.copytree(ROOT / "src", tree / "src", ignore=skip)
+    shutil.copytree(ROOT / "tools" / "build", tree / "tools" / "build", ignore=skip)
+    monkeypatch.chdir(tree)
+    monkeypatch.delenv(gpupool_build.COMPILE_ENV, raising=False)
+    name = gpupool_build.build_sdist(str(tmp_path))
+    with tarfile.open(tmp_path / name) as sdist:
+        members = {Path(member).relative_to(Path(member).parts[0]) for member in sdist.getnames()}
+    assert {
+        Path("tools/build/gpupool_build.py"),
+        Path("tools/build/mypyc.ini"),
+        Path("setup.py"),
+        Path("src/gpupool/core/cycle.py"),
+    } <= members
 
 
 def test_it_refuses_to_install_inside_src() -> None:
