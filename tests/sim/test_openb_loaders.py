@@ -59,8 +59,19 @@ def test_default_data_dir_outside_a_checkout_says_where_the_trace_lives(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(openb, "__file__", str(tmp_path / "site-packages" / "openb.py"))
-    with pytest.raises(FileNotFoundError, match="run from a source checkout; the trace lives in"):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"checkout \(the trace lives in data/openb\)"):
         default_data_dir()
+
+
+def test_an_installed_package_run_in_a_checkout_finds_its_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A non-editable install (the compiled core's wheel) lives in site-packages: the checkout
+    # the command runs in, or one of its subfolders, holds the trace.
+    monkeypatch.setattr(openb, "__file__", str(tmp_path / "site-packages" / "openb.py"))
+    monkeypatch.chdir(DATA.parent.parent / "docs")
+    assert default_data_dir() == DATA
 
 
 def test_the_shipped_files_are_exactly_the_known_ones() -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpupool.core.packing import PackNode
-from gpupool.sim.openb import TracePod
+from gpupool.sim.openb import TracePod, checkout_data
 from gpupool.sim.openb_files import (
     ALLOC_FILE,
     FRAG_RATIO_FILE,
@@ -64,16 +64,15 @@ class PublishedFgd:
 
 
 def default_refs_dir() -> Path:
-    """`data/fgd-refs` of the source checkout this module lives in (next to `data/openb`)."""
-    here = Path(__file__).resolve()
-    for root in here.parents:
-        candidate = root / "data" / "fgd-refs"
-        if candidate.is_dir() and (root / "pyproject.toml").is_file():
-            return candidate
-    raise FileNotFoundError(
-        f"the FGD artifact's published results were not found in any folder above {here}: "
-        "run from a source checkout; they live in data/fgd-refs"
-    )
+    """`data/fgd-refs` of the source checkout (next to `data/openb`: `checkout_data`)."""
+    found = checkout_data("fgd-refs")
+    if found is None:
+        raise FileNotFoundError(
+            f"the FGD artifact's published results were not found above "
+            f"{Path(__file__).resolve()} or {Path.cwd()}: run from a source checkout; they live "
+            "in data/fgd-refs"
+        )
+    return found
 
 
 def load_published_fgd(folder: Path, tune: float = 1.3) -> dict[str, PublishedFgd]:

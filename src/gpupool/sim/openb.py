@@ -223,21 +223,29 @@ def to_core_node(node: TraceNode) -> Node:
     )
 
 
-def default_data_dir() -> Path:
-    """The `data/openb` folder of the source checkout this module lives in.
+def checkout_data(name: str) -> Path | None:
+    """`data/NAME` of a source checkout: the one this module lives in (an editable install),
+    else the one the process runs in (an installed package, the compiled core's wheel say, run
+    from a checkout). A checkout is a folder with `pyproject.toml` and `data/NAME`."""
+    for start in (Path(__file__).resolve(), Path.cwd().resolve() / "pyproject.toml"):
+        for root in start.parents:
+            candidate = root / "data" / name
+            if candidate.is_dir() and (root / "pyproject.toml").is_file():
+                return candidate
+    return None
 
-    Found by walking up from this file to the repository root (the folder with `pyproject.toml`
-    and `data/openb`). The trace is data of the repository, not of the installed package.
-    """
-    here = Path(__file__).resolve()
-    for root in here.parents:
-        candidate = root / "data" / "openb"
-        if candidate.is_dir() and (root / "pyproject.toml").is_file():
-            return candidate
-    raise FileNotFoundError(
-        f"the openb trace was not found in any folder above {here}: "
-        "run from a source checkout; the trace lives in data/openb"
-    )
+
+def default_data_dir() -> Path:
+    """The `data/openb` folder of the source checkout (`checkout_data`): the trace is data of
+    the repository, not of the installed package."""
+    found = checkout_data("openb")
+    if found is None:
+        raise FileNotFoundError(
+            f"the openb trace was not found above {Path(__file__).resolve()} or {Path.cwd()}: "
+            "run from a source checkout (the trace lives in data/openb), or name the folder "
+            "with --data"
+        )
+    return found
 
 
 # --- reading -----------------------------------------------------------------------------------
