@@ -24,8 +24,7 @@ from gpupool.core.model import (
 )
 from gpupool.core.policies import create_policy
 from gpupool.core.policies.base import PodShape, PolicyContext, Scored, TypicalShape
-from gpupool.core.records import task_alloc
-from gpupool.core.session import Session, TaskAlloc, WorkRecord
+from gpupool.core.session import Session, TaskAlloc, WorkRecord, task_alloc
 
 # Enum members as module globals: reading one from its class costs ten times as much in
 # Python 3.11, and a search reads them for every task placed.

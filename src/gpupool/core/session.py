@@ -24,13 +24,14 @@ from gpupool.core.model import (
     TaskPlacement,
     Workload,
 )
+from gpupool.core.records import NEW_TUPLE as NEW_TUPLE
 from gpupool.core.records import NO_ALLOCS as _NO_ALLOCS
 from gpupool.core.records import UNTRACKED as UNTRACKED
 from gpupool.core.records import ProjectRecord as ProjectRecord
 from gpupool.core.records import TaskAlloc as TaskAlloc
 from gpupool.core.records import WorkRecord as WorkRecord
 from gpupool.core.records import WorkState as WorkState
-from gpupool.core.records import task_alloc
+from gpupool.core.records import task_alloc as task_alloc
 from gpupool.core.statement import Statement as Statement
 
 # The records live in `records` and `Statement` in `statement`; the actions import them from

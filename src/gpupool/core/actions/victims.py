@@ -24,8 +24,14 @@ from gpupool.core.model import (
     SchedulerSettings,
     Workload,
 )
-from gpupool.core.records import NEW_TUPLE
-from gpupool.core.session import Session, Statement, TaskAlloc, WorkRecord, WorkState
+from gpupool.core.session import (
+    NEW_TUPLE,
+    Session,
+    Statement,
+    TaskAlloc,
+    WorkRecord,
+    WorkState,
+)
 
 # Enum members as module globals: reading one from its class costs ten times as much in
 # Python 3.11, and the loops here read them per workload.
