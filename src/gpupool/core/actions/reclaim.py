@@ -6,8 +6,10 @@ level of the project tree below the point where the two projects' paths part, in
 end above its own fair share; (b) guarantee: the same with quota instead of fair share. The
 reclaimer's guard is what prevents ping-pong. Victims justified by (a) are tried first, and (b)
 only if they do not make the work fit: a project taken below its fair share would reclaim in
-turn, one eviction more a cycle later. One reclaim may take victims of several projects, in any
-departments, as the victim order and the justifications allow.
+turn, one eviction more a cycle later. Fairness alone never takes a victim's side so far below
+its quota that its own work would reclaim back by guarantee (`reverse_claims`). One reclaim may
+take victims of several projects, in any departments, as the victim order and the
+justifications allow.
 
 A limit is not capacity: work held back by a department's limit may still reclaim, but only from
 the department's other projects (evicting them is what lowers the department's holding), under
@@ -40,6 +42,7 @@ from gpupool.core.actions.allocate import (
     share_ratio,
     without_cpu_memory,
 )
+from gpupool.core.actions.reverse_claims import ReverseClaims
 from gpupool.core.actions.victim_walk import Freeable
 from gpupool.core.actions.victims import (
     Attempt,
@@ -115,6 +118,7 @@ def reclaim(ctx: CycleContext) -> None:
     victims: list[VictimUnit] | None = None
     victim_projects: list[int] = []
     freeable: Freeable | None = None
+    claims = ReverseClaims(ctx)
     waits: dict[tuple[int, int, int, int], str] = {}
     """`_explain_no_reclaim`'s note by what it says: most of a long queue gets one of a few."""
     limited = [bool(ctx.limit_levels(p)) for p in range(len(session.projects))]
@@ -186,8 +190,9 @@ def reclaim(ctx: CycleContext) -> None:
         ]
         nothing = _NOTHING_TO_RECLAIM if scope is None else _nothing_below(ctx, scope)
         gang, extras = ctx.tasks_to_start(work)
+        claims.held_back = -1
         attempt = _reclaim_for(
-            ctx, work, gang, victims, inside, path, guards, Attempt(counts, freeable)
+            ctx, work, gang, victims, inside, path, guards, claims, Attempt(counts, freeable)
         )
         if attempt is None:
             ctx.place_extras(work, extras)
@@ -200,7 +205,12 @@ def reclaim(ctx: CycleContext) -> None:
                 (0, 0) if attempt.short_of_devices else (spec.cpu_milli, spec.memory_mib)
             )
             failed_projects.add(project)
-            _append_reason(ctx, work, _BOUNDED if attempt.bounded else nothing)
+            if attempt.bounded:
+                _append_reason(ctx, work, _BOUNDED)
+            elif claims.held_back >= 0:
+                _append_reason(ctx, work, _held_back_note(ctx, work, claims.held_back))
+            else:
+                _append_reason(ctx, work, nothing)
 
 
 def _dominated(needs: list[tuple[int, int]], cpu_milli: int, memory_mib: int) -> bool:
@@ -216,6 +226,7 @@ def _reclaim_for(
     projects: list[int],
     path: tuple[int, ...],
     guards: dict[int, set[int]],
+    claims: ReverseClaims,
     found: Attempt,
 ) -> Attempt | None:
     """Evict victims of `projects` to start `gang`: first only what G4's fairness bar
@@ -243,8 +254,10 @@ def _reclaim_for(
         attempt = Attempt(found.counts, found.freeable)
         candidates = _while_any_left(victims, eligible, attempt.turned_down)
 
-        def justify(victim: WorkRecord, kinds: tuple[int, ...] = kinds) -> Reason | None:
-            return _justify(ctx, victim.project, work, path, guards, kinds, sides)
+        def justify(
+            victim: WorkRecord, freed_gpu: int, kinds: tuple[int, ...] = kinds
+        ) -> Reason | None:
+            return _justify(ctx, victim, freed_gpu, work, path, guards, kinds, sides, claims)
 
         if evict_to_place(ctx, work, gang, candidates, justify, EvictionCause.RECLAIM, attempt):
             return None
@@ -266,6 +279,17 @@ def _while_any_left(
             if len(turned_down) >= len(eligible):  # `turned_down` holds eligible ones only
                 return
             yield unit
+
+
+def _held_back_note(ctx: CycleContext, work: WorkRecord, victim_project: int) -> str:
+    projects = ctx.session.projects
+    victim = projects[victim_project]
+    return (
+        f"reclaiming from project {victim.name} would take it below its quota"
+        f" ({format_gpu(victim.spec.quota.gpu_milli)}) and it would reclaim back, while project"
+        f" {projects[work.project].name} would be above its own quota: it waits for GPUs to"
+        " free up"
+    )
 
 
 def _nothing_below(ctx: CycleContext, department: int) -> str:
@@ -295,9 +319,12 @@ def _reclaim_candidates(ctx: CycleContext) -> list[VictimUnit]:
     return units
 
 
-Sides = dict[int, tuple[tuple[int, ...], tuple[int, ...], int]]
+Side = tuple[tuple[int, ...], tuple[int, ...], int, bool]
+Sides = dict[int, Side]
 """Per victim project, for one reclaimer: (the victim's levels from where the two paths part,
-the bars the reclaimer's side stays within there, that first level)."""
+the bars the reclaimer's side stays within there, that first level, whether the reclaimer's side
+ends above its quota at every level there: the victim's side could then reclaim back by
+guarantee, `ReverseClaims`)."""
 
 
 def _sides(
@@ -305,7 +332,7 @@ def _sides(
     victim_project: int,
     reclaimer_path: tuple[int, ...],
     guards: dict[int, set[int]],
-) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+) -> Side:
     victim_path = ctx.session.projects[victim_project].ancestors
     split = 0
     while (
@@ -314,10 +341,10 @@ def _sides(
         and victim_path[split] == reclaimer_path[split]
     ):
         split += 1
-    allowed = tuple(
-        kind for kind in (_FAIR, _QUOTA) if all(kind in guards[p] for p in reclaimer_path[split:])
-    )
-    return victim_path[split:], allowed, split
+    side = reclaimer_path[split:]
+    allowed = tuple(kind for kind in (_FAIR, _QUOTA) if all(kind in guards[p] for p in side))
+    reverse = all(_QUOTA not in guards[p] for p in side)
+    return victim_path[split:], allowed, split, reverse
 
 
 def _justified(
@@ -327,14 +354,20 @@ def _justified(
     guards: dict[int, set[int]],
     kinds: tuple[int, ...],
     sides: Sides,
+    victim: WorkRecord | None = None,
+    freed_gpu: int = 0,
+    claims: ReverseClaims | None = None,
 ) -> tuple[int, int] | None:
     """(the first of `kinds` that justifies evicting work of `victim_project` now, the level
     below the point where the two paths part), or None. The reclaimer's side is fixed for an
-    attempt (`sides` keeps it per victim project); the victim's side is read live."""
+    attempt (`sides` keeps it per victim project); the victim's side is read live. With a
+    `victim` freeing `freed_gpu`, fairness does not justify an eviction that would let the
+    victim's side reclaim back by guarantee (`ReverseClaims`); without one, whether the project
+    could give anything at all."""
     side = sides.get(victim_project)
     if side is None:
         side = sides[victim_project] = _sides(ctx, victim_project, reclaimer_path, guards)
-    below, allowed, split = side
+    below, allowed, split, reverse = side
     projects = ctx.session.projects
     for kind in kinds:
         if kind not in allowed:
@@ -345,22 +378,35 @@ def _justified(
             if record.holding[GPU] <= bar:
                 break
         else:
+            if (
+                kind == _FAIR
+                and reverse
+                and victim is not None
+                and claims is not None
+                and claims.opens_claim(below, freed_gpu, victim)
+            ):
+                continue
             return kind, projects[victim_project].ancestors[split]
     return None
 
 
 def _justify(
     ctx: CycleContext,
-    victim_project: int,
+    victim: WorkRecord,
+    freed_gpu: int,
     work: WorkRecord,
     reclaimer_path: tuple[int, ...],
     guards: dict[int, set[int]],
     kinds: tuple[int, ...],
     sides: Sides,
+    claims: ReverseClaims,
 ) -> Reason | None:
-    found = _justified(ctx, victim_project, reclaimer_path, guards, kinds, sides)
+    found = _justified(
+        ctx, victim.project, reclaimer_path, guards, kinds, sides, victim, freed_gpu, claims
+    )
     if found is None:
         return None
+    claims.taken(victim)
     kind, level = found
     record = ctx.session.projects[level]
     holding = record.holding[GPU]
@@ -440,7 +486,7 @@ def preempt(ctx: CycleContext) -> None:
         budget -= 1
         gang, extras = ctx.tasks_to_start(work)
 
-        def justify(victim: WorkRecord, work: WorkRecord = work) -> Reason | None:
+        def justify(victim: WorkRecord, _freed_gpu: int, work: WorkRecord = work) -> Reason | None:
             def reason() -> str:
                 return (
                     f"priority {victim.priority} yields to {work.name} of priority"

@@ -100,8 +100,9 @@ _EXAMINE_FACTOR: Final = 8
 Reason = Callable[[], str]
 """Says why in words; called only for the victims that are finally evicted (most candidates
 of an attempt are put back, and their reasons would be formatted for nothing)."""
-Justify = Callable[[WorkRecord], Reason | None]
-"""Returns why evicting this victim's unit is allowed now, or None if it is not. What the
+Justify = Callable[[WorkRecord, int], Reason | None]
+"""Given a victim and the GPU milli its unit would free, returns why evicting that unit is
+allowed now, or None if it is not. What the
 reason says is fixed when `justify` is called. It reads the victim's project and the holdings:
 while an attempt looks for victims they only go down (victims go out, or are counted out), and
 a project turned down once is not asked again in that attempt."""
@@ -242,11 +243,21 @@ def _justified_units(
         tasks = tasks_left(victim, unit.task_indices)
         if tasks is None:
             continue
-        reason = justify(victim)
+        reason = justify(victim, _gpu_of(victim, tasks))
         if reason is None:
             turned_down.add(victim.project)
             continue
         yield unit, tasks, reason
+
+
+def _gpu_of(victim: WorkRecord, tasks: tuple[int, ...]) -> int:
+    """The GPU milli that `tasks` of `victim` hold."""
+    allocs = victim.allocs
+    total = 0
+    for t in tasks:
+        alloc = allocs[t]
+        total += alloc.milli_per_device * len(alloc.devices)
+    return total
 
 
 def _tasks_left(victim: WorkRecord, tasks: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -541,7 +552,8 @@ def _replay(statement: Statement, evicted: list[_Evicted], justify: Justify) -> 
     statement.rollback()
     for item in evicted:
         victim = item.unit.work
-        item.reason = justify(victim) or item.reason
+        freed_gpu = sum(a.milli_per_device * len(a.devices) for a in item.allocs)
+        item.reason = justify(victim, freed_gpu) or item.reason
         item.allocs = [statement.remove(victim, alloc.task_index) for alloc in item.allocs]
         if not victim.allocs:
             victim.state = _EVICTED
