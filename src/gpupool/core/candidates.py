@@ -19,7 +19,8 @@ def cycle_typical(
     workloads: Iterable[Workload], max_device_memory_mib: int
 ) -> tuple[TypicalShape, ...]:
     """The target workload a policy keeps room for: the tasks now waiting, by GPU request, each
-    with the mean CPU and memory of its tasks, weighted by task count (rounded)."""
+    with the mean CPU and memory of its tasks, weighted by task count (rounded). The cycle has
+    the session sum them as it is built (`Session.pending_shapes`, `typical_of`)."""
     totals: dict[tuple[int, int], list[int]] = {}
     whole = GpuRequestKind.WHOLE
     fraction = GpuRequestKind.FRACTION
@@ -38,6 +39,11 @@ def cycle_typical(
         row[0] += w.tasks
         row[1] += w.cpu_milli * w.tasks
         row[2] += w.memory_mib * w.tasks
+    return typical_of(totals)
+
+
+def typical_of(totals: dict[tuple[int, int], list[int]]) -> tuple[TypicalShape, ...]:
+    """`cycle_typical` from its sums: per (GPUs per task, milli per GPU), tasks, CPU, memory."""
     tasks = sum(row[0] for row in totals.values())
     shapes: list[TypicalShape] = []
     for (count, milli), (n, cpu, memory) in sorted(totals.items()):

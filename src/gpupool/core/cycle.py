@@ -13,8 +13,9 @@ from typing import Final
 from gpupool.core.actions.allocate import allocate
 from gpupool.core.actions.consolidate import consolidate
 from gpupool.core.actions.node_level import node_level
-from gpupool.core.actions.reclaim import preempt, reclaim
-from gpupool.core.candidates import cycle_typical
+from gpupool.core.actions.preempt import preempt
+from gpupool.core.actions.reclaim import reclaim
+from gpupool.core.candidates import typical_of
 from gpupool.core.context import CycleContext
 from gpupool.core.decisions import Bind, CycleResult, Decision, Evict, Move, ProjectShare
 from gpupool.core.fairshare import compute_fair_shares
@@ -25,7 +26,6 @@ from gpupool.core.session import Session, WorkState
 
 # Enum members as module globals: reading one from its class costs ten times as much in
 # Python 3.11, and the loops here read them per workload.
-_PENDING: Final = WorkState.PENDING
 _RUNNING: Final = WorkState.RUNNING
 
 
@@ -34,8 +34,7 @@ def run_cycle(snapshot: Snapshot, observer: CycleObserver | None = None) -> Cycl
 
     watch.phase_started("snapshot")
     session = Session(snapshot)
-    pending_specs = [w.spec for w in session.works if w.state is _PENDING]
-    typical = cycle_typical(pending_specs, session.max_device_memory_mib)
+    typical = typical_of(session.pending_shapes)
     ctx = CycleContext(session, Placer(session, typical))
     watch.phase_finished("snapshot")
 
@@ -65,16 +64,11 @@ def _assign_fair_shares(ctx: CycleContext) -> dict[str, Resources]:
     """Compute every project's demand and fair share and store the shares in the session."""
     session = ctx.session
     leaf: dict[int, list[int]] = {p.index: list(p.holding) for p in session.projects}
-    by_project = [leaf[p.index] for p in session.projects]
-    for work in session.works:
-        spec = work.spec
-        missing = spec.tasks - len(work.allocs)
-        if missing <= 0:
-            continue
-        totals = by_project[work.project]
-        totals[0] += work.task_gpu_milli * missing
-        totals[1] += spec.cpu_milli * missing
-        totals[2] += spec.memory_mib * missing
+    for project, missing in session.missing_at_start.items():
+        totals = leaf[project]
+        totals[0] += missing[0]
+        totals[1] += missing[1]
+        totals[2] += missing[2]
     leaf_demand = {
         session.projects[p].name: Resources(d[0], d[1], d[2])
         for p, d in leaf.items()

@@ -95,6 +95,15 @@ class Session:
         self.running_at_start: list[WorkRecord] = []
         """The works that run when the cycle starts, in order: the only ones that can be
         victims or movers (work started this cycle cannot)."""
+        self.queues_at_start: dict[int, list[WorkRecord]] = {}
+        """Per project, in workload order: the work with tasks to start when the cycle starts
+        (allocate's queues, sorted there)."""
+        self.missing_at_start: dict[int, list[int]] = {}
+        """Per project: GPU milli, CPU milli and memory MiB of the tasks not placed when the
+        cycle starts (the fair shares' demand, with the holdings)."""
+        self.pending_shapes: dict[tuple[int, int], list[int]] = {}
+        """Per (GPUs per task, milli per GPU) of the work pending when the cycle starts: its
+        tasks, their CPU and their memory (`candidates.typical_of`)."""
         self._build_works(snapshot.workloads)
 
     @functools.cached_property
@@ -110,6 +119,9 @@ class Session:
         Equivalent to placing every running task through `_add_alloc` in snapshot order, but
         the capacity indexes are built once at the end: each node (device) is put into its
         bucket in the order of its last change, as the incremental updates would have left it.
+        The same pass sums what the cycle's first steps need of the work waiting (queues,
+        missing demand, pending shapes): each further pass over every workload would read them
+        all from memory again.
         """
         works = self.works
         project_index = self.project_index
@@ -131,6 +143,9 @@ class Session:
         device_changed: dict[tuple[int, int], int] = {}
         """(node, device) -> the last step at which its use changed."""
         step = 0
+        queues = self.queues_at_start
+        missing_at_start = self.missing_at_start
+        pending_shapes = self.pending_shapes
         for index, spec in enumerate(workloads):
             project = leaf_project.get(spec.project)
             if project is None:
@@ -155,53 +170,75 @@ class Session:
                 task_milli = gpu.milli_on(largest)
             record = WorkRecord(index, spec, project, task_milli)
             works.append(record)
-            if not spec.placements:
-                continue
-            record.state = _RUNNING
-            self.running_at_start.append(record)
-            allocs: dict[int, TaskAlloc] = {}
-            record.allocs = allocs
-            gpu_held = 0
-            for placement in spec.placements:
-                alloc = self._alloc_from(spec, placement)
-                node = alloc.node
-                milli = alloc.milli_per_device
-                memory = alloc.memory_mib_per_device
-                used = device_used[node]
-                memory_used = device_memory_used[node]
-                for device in alloc.devices:
-                    before = used[device]
-                    after = before + milli
-                    used[device] = after
-                    memory_used[device] += memory
-                    if before != after:
-                        step += 1
-                        device_changed[(node, device)] = step
-                        if before == 0 or after == 0:
-                            node_changed[node] = step
-                cpu_free[node] -= spec.cpu_milli
-                memory_free[node] -= spec.memory_mib
-                allocs[alloc.task_index] = alloc
-                gpu_held += milli * len(alloc.devices)
-                if alloc.devices:  # the node's tags (`node_tags`)
-                    tags = node_tags[node]
-                    tag = 0 if milli < MILLI_PER_GPU else len(alloc.devices)
-                    tags[tag] = tags.get(tag, 0) + 1
-            tasks = len(spec.placements)
-            totals = held.get(project)
-            if totals is None:
-                totals = held[project] = [0] * 6
-            cpu_held = spec.cpu_milli * tasks
-            memory_held = spec.memory_mib * tasks
-            totals[0] += gpu_held
-            totals[1] += cpu_held
-            totals[2] += memory_held
-            if not record.preemptible:
-                totals[3] += gpu_held
-                totals[4] += cpu_held
-                totals[5] += memory_held
-            if gpu.is_burstable:
-                burstable[index] = None
+            tasks = spec.tasks
+            if spec.placements:
+                record.state = _RUNNING
+                self.running_at_start.append(record)
+                allocs: dict[int, TaskAlloc] = {}
+                record.allocs = allocs
+                gpu_held = 0
+                for placement in spec.placements:
+                    alloc = self._alloc_from(spec, placement)
+                    node = alloc.node
+                    milli = alloc.milli_per_device
+                    memory = alloc.memory_mib_per_device
+                    used = device_used[node]
+                    memory_used = device_memory_used[node]
+                    for device in alloc.devices:
+                        before = used[device]
+                        after = before + milli
+                        used[device] = after
+                        memory_used[device] += memory
+                        if before != after:
+                            step += 1
+                            device_changed[(node, device)] = step
+                            if before == 0 or after == 0:
+                                node_changed[node] = step
+                    cpu_free[node] -= spec.cpu_milli
+                    memory_free[node] -= spec.memory_mib
+                    allocs[alloc.task_index] = alloc
+                    gpu_held += milli * len(alloc.devices)
+                    if alloc.devices:  # the node's tags (`node_tags`)
+                        tags = node_tags[node]
+                        tag = 0 if milli < MILLI_PER_GPU else len(alloc.devices)
+                        tags[tag] = tags.get(tag, 0) + 1
+                placed = len(spec.placements)
+                left = tasks - len(allocs)
+                totals = held.get(project)
+                if totals is None:
+                    totals = held[project] = [0] * 6
+                cpu_held = spec.cpu_milli * placed
+                memory_held = spec.memory_mib * placed
+                totals[0] += gpu_held
+                totals[1] += cpu_held
+                totals[2] += memory_held
+                if not record.preemptible:
+                    totals[3] += gpu_held
+                    totals[4] += cpu_held
+                    totals[5] += memory_held
+                if gpu.is_burstable:
+                    burstable[index] = None
+            else:
+                left = tasks
+                key = (gpu.amount, MILLI_PER_GPU) if kind is whole else (1, task_milli)
+                row = pending_shapes.get(key)
+                if row is None:
+                    row = pending_shapes[key] = [0, 0, 0]
+                row[0] += tasks
+                row[1] += spec.cpu_milli * tasks
+                row[2] += spec.memory_mib * tasks
+            if left > 0 or not spec.placements:
+                queue = queues.get(project)
+                if queue is None:
+                    queue = queues[project] = []
+                queue.append(record)
+            if left > 0:
+                missing = missing_at_start.get(project)
+                if missing is None:
+                    missing = missing_at_start[project] = [0, 0, 0]
+                missing[0] += task_milli * left
+                missing[1] += spec.cpu_milli * left
+                missing[2] += spec.memory_mib * left
         for project, totals in held.items():
             for p in projects[project].ancestors:
                 holder = projects[p]

@@ -90,6 +90,11 @@ def queues_by_project(ctx: CycleContext) -> dict[int, list[WorkRecord]]:
             if queue is None:  # not `setdefault`, which would build a list per work
                 queue = queues[work.project] = []
             queue.append(work)
+    return sorted_queues(queues)
+
+
+def sorted_queues(queues: dict[int, list[WorkRecord]]) -> dict[int, list[WorkRecord]]:
+    """`queues`, each sorted in place by priority then submission."""
     for queue in queues.values():
         # (-priority, submission) in two stable passes with C-level keys: by submission, then
         # by priority, highest first (a reverse sort keeps equal keys in their order).
@@ -99,7 +104,8 @@ def queues_by_project(ctx: CycleContext) -> dict[int, list[WorkRecord]]:
 
 
 def allocate(ctx: CycleContext) -> None:
-    queues = ctx.queues = queues_by_project(ctx)
+    """The cycle's first action: its queues are those of the session's start."""
+    queues = ctx.queues = sorted_queues(ctx.session.queues_at_start)
     projects = ctx.session.projects
     cursor = dict.fromkeys(queues, 0)
     heap = [(share_ratio(ctx, p), projects[p].name, p) for p in queues]
@@ -234,3 +240,28 @@ def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[ShapeKey, str
     if extras:
         ctx.place_extras(work, extras)
     return True
+
+
+def pending_in_order(ctx: CycleContext) -> list[WorkRecord]:
+    """Pending work that evictions could help (G3 holds none of it back), in reclaim order."""
+    blocked = ctx.policy_blocked
+    queues = ctx.queues if ctx.queues is not None else queues_by_project(ctx)
+    # Each queue is already in (priority, submission) order, ties in workload order: sort the
+    # projects by ratio and merge only the queues of projects whose ratios are equal.
+    by_ratio: dict[float, list[int]] = {}
+    for project in queues:
+        by_ratio.setdefault(share_ratio(ctx, project), []).append(project)
+    pending_state = _PENDING
+    pending: list[WorkRecord] = []
+    for ratio in sorted(by_ratio):
+        projects = by_ratio[ratio]
+        waiting = [
+            w
+            for p in projects
+            for w in queues[p]
+            if w.state is pending_state and w.index not in blocked
+        ]
+        if len(projects) > 1:
+            waiting.sort(key=lambda w: (-w.priority, w.spec.submit_seq, w.index))
+        pending.extend(waiting)
+    return pending

@@ -1,4 +1,4 @@
-"""Reclaim (G2, G4, G5) and preempt (G6): evict to start pending work that did not fit.
+"""Reclaim (G2, G4, G5): evict other projects' work to start pending work that did not fit.
 
 Reclaim takes preemptible work of *other* projects. Each eviction must be justified at every
 level of the project tree below the point where the two projects' paths part, in one of two ways:
@@ -15,12 +15,9 @@ A limit is not capacity: work held back by a department's limit may still reclai
 the department's other projects (evicting them is what lowers the department's holding), under
 the same justifications (a higher-priority sibling is deserved more of the department's share).
 Work held back by its own project's limit reclaims nothing; only its own lower-priority work may
-make room (preempt).
+make room (`preempt`).
 
-Preempt takes lower-priority preemptible work of the *same* project; priority never crosses
-projects.
-
-Both are bounded per cycle: at most `max_reclaim_attempts_per_cycle` attempts, at most
+Reclaim is bounded per cycle: at most `max_reclaim_attempts_per_cycle` attempts, at most
 `max_victims_per_attempt` victims tried per attempt (one-task attempts count victims node by node
 instead, all attempts of the action together within a `CountBudget`), and a shape that failed for
 a project is not tried again for that project in the same cycle. Reclaim also passes over a shape
@@ -30,16 +27,14 @@ project (the same victims free no more room for it): its attempts go to work tha
 
 from __future__ import annotations
 
-import bisect
 import operator
 from collections.abc import Iterator
 from typing import Final
 
 from gpupool.core.actions.allocate import (
     ShapeKey,
+    pending_in_order,
     pending_shape_key,
-    queues_by_project,
-    share_ratio,
     without_cpu_memory,
 )
 from gpupool.core.actions.reverse_claims import ReverseClaims
@@ -59,38 +54,12 @@ from gpupool.core.session import ProjectRecord, WorkRecord, WorkState
 
 # Enum members as module globals: reading one from its class costs ten times as much in
 # Python 3.11, and the loops here read them per workload.
-_PENDING: Final = WorkState.PENDING
 _RUNNING: Final = WorkState.RUNNING
 
 _FAIR, _QUOTA = 0, 1
 _order = operator.attrgetter("order")
 _NOTHING_TO_RECLAIM: Final = "no over-quota work of other projects can be reclaimed to make it fit"
 _BOUNDED: Final = "reclaim is bounded per cycle; it will be tried again"
-
-
-def _pending_in_order(ctx: CycleContext) -> list[WorkRecord]:
-    """Pending work that evictions could help (G3 holds none of it back), in reclaim order."""
-    blocked = ctx.policy_blocked
-    queues = ctx.queues if ctx.queues is not None else queues_by_project(ctx)
-    # Each queue is already in (priority, submission) order, ties in workload order: sort the
-    # projects by ratio and merge only the queues of projects whose ratios are equal.
-    by_ratio: dict[float, list[int]] = {}
-    for project in queues:
-        by_ratio.setdefault(share_ratio(ctx, project), []).append(project)
-    pending_state = _PENDING
-    pending: list[WorkRecord] = []
-    for ratio in sorted(by_ratio):
-        projects = by_ratio[ratio]
-        waiting = [
-            w
-            for p in projects
-            for w in queues[p]
-            if w.state is pending_state and w.index not in blocked
-        ]
-        if len(projects) > 1:
-            waiting.sort(key=lambda w: (-w.priority, w.spec.submit_seq, w.index))
-        pending.extend(waiting)
-    return pending
 
 
 def _bar(record: ProjectRecord, kind: int) -> int:
@@ -128,7 +97,7 @@ def reclaim(ctx: CycleContext) -> None:
     bounded: dict[str | None, str] = {}
     """Once the budget is spent, the reason each earlier reason becomes with the note appended
     (`_append_reason`, kept here by the earlier reason: most of the queue comes here)."""
-    for work in _pending_in_order(ctx):
+    for work in pending_in_order(ctx):
         gang_size = gang_to_start(work)
         if not gang_size:
             continue
@@ -450,67 +419,3 @@ def _joined(ctx: CycleContext, base: str | None, note: str) -> str:
     if joined is None:
         joined = ctx.joined_reasons[(base, note)] = base if note in base else f"{base}; {note}"
     return joined
-
-
-def preempt(ctx: CycleContext) -> None:
-    """G6. Victim order sorts by priority first, so lower-priority candidates are a prefix."""
-    session = ctx.session
-    budget = session.settings.max_reclaim_attempts_per_cycle
-    counts = CountBudget(session.settings)
-    failed: set[tuple[int, int, ShapeKey]] = set()
-    by_project: dict[int, tuple[list[VictimUnit], list[int]]] | None = None
-    lowest: dict[int, int] = {}
-    """Per project with candidates: the lowest priority among them (most pending work is at
-    or below it, and is passed over before anything else is looked up)."""
-    for work in _pending_in_order(ctx):
-        if budget <= 0 or counts.left <= 0:
-            return
-        if by_project is None:
-            if not gang_to_start(work):
-                continue
-            by_project = _candidates_by_project(ctx)
-            lowest = {p: priorities[0] for p, (_units, priorities) in by_project.items()}
-        floor = lowest.get(work.project)
-        if floor is None or floor >= work.priority:
-            continue  # no candidate of lower priority: `cut` below would be 0
-        gang_size = gang_to_start(work)
-        if not gang_size:
-            continue
-        units, priorities = by_project[work.project]
-        cut = bisect.bisect_left(priorities, work.priority)
-        key = (work.project, work.priority, pending_shape_key(ctx, work, gang_size))
-        # Limits are checked once the victims are out (in `evict_to_place`): evicting the
-        # project's own work lowers its holding, so a project at its limit may still preempt.
-        if key in failed or ctx.quota_problem(work, ctx.ask(work, gang_size)) is not None:
-            continue
-        budget -= 1
-        gang, extras = ctx.tasks_to_start(work)
-
-        def justify(victim: WorkRecord, _freed_gpu: int, work: WorkRecord = work) -> Reason | None:
-            def reason() -> str:
-                return (
-                    f"priority {victim.priority} yields to {work.name} of priority"
-                    f" {work.priority} in the same project"
-                )
-
-            return reason
-
-        attempt = Attempt(counts)
-        if evict_to_place(ctx, work, gang, units[:cut], justify, EvictionCause.PREEMPT, attempt):
-            ctx.place_extras(work, extras)
-        elif not attempt.bounded:
-            failed.add(key)
-
-
-def _candidates_by_project(ctx: CycleContext) -> dict[int, tuple[list[VictimUnit], list[int]]]:
-    """Per project: its victim units in victim order, and their priorities (ascending)."""
-    session = ctx.session
-    units: dict[int, list[VictimUnit]] = {}
-    for work in session.running_at_start:
-        if can_be_victim(session, work):
-            units.setdefault(work.project, []).extend(victim_units(work))
-    result: dict[int, tuple[list[VictimUnit], list[int]]] = {}
-    for project, project_units in units.items():
-        project_units.sort(key=_order)
-        result[project] = (project_units, [u.order[0] for u in project_units])
-    return result
