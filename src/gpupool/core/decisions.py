@@ -32,6 +32,12 @@ class Bind:
     placements: tuple[TaskPlacement, ...]
     reason: str
 
+    def __init__(self, workload: str, placements: tuple[TaskPlacement, ...], reason: str) -> None:
+        # Written out for the compiled core, as `TaskPlacement.__init__` is.
+        object.__setattr__(self, "workload", workload)
+        object.__setattr__(self, "placements", placements)
+        object.__setattr__(self, "reason", reason)
+
 
 @dataclass(frozen=True, slots=True)
 class Evict:

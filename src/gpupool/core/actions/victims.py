@@ -157,6 +157,12 @@ class _Evicted:
     allocs: list[TaskAlloc]
     reason: Reason
 
+    def __init__(self, unit: VictimUnit, allocs: list[TaskAlloc], reason: Reason) -> None:
+        # Written out: the compiled core compiles this one, not the one `dataclass` generates.
+        self.unit = unit
+        self.allocs = allocs
+        self.reason = reason
+
 
 def evict_to_place(
     ctx: CycleContext,

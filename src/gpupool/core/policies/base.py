@@ -50,6 +50,16 @@ class PackNode:
     gpu_count: int
     gpu_model: str | None
 
+    def __init__(
+        self, name: str, cpu_milli: int, memory_mib: int, gpu_count: int, gpu_model: str | None
+    ) -> None:
+        # Written out for the compiled core (one per node a cycle), as `TaskPlacement.__init__`.
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "cpu_milli", cpu_milli)
+        object.__setattr__(self, "memory_mib", memory_mib)
+        object.__setattr__(self, "gpu_count", gpu_count)
+        object.__setattr__(self, "gpu_model", gpu_model)
+
 
 @dataclass(frozen=True, slots=True)
 class PackPlacement:
