@@ -9,6 +9,7 @@ from typing import Final
 
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Workload
 from gpupool.core.policies.base import PodShape, TypicalShape
+from gpupool.core.records import Sums
 
 TYPICAL_WEIGHT_STEP: Final = 100
 """The cycle's target workload weights are rounded to 1/this: the same mix from one cycle to
@@ -21,7 +22,7 @@ def cycle_typical(
     """The target workload a policy keeps room for: the tasks now waiting, by GPU request, each
     with the mean CPU and memory of its tasks, weighted by task count (rounded). The cycle has
     the session sum them as it is built (`Session.pending_shapes`, `typical_of`)."""
-    totals: dict[tuple[int, int], list[int]] = {}
+    totals: dict[tuple[int, int], Sums] = {}
     whole = GpuRequestKind.WHOLE
     fraction = GpuRequestKind.FRACTION
     for w in workloads:
@@ -35,21 +36,23 @@ def cycle_typical(
             key = (1, request.milli_on(max_device_memory_mib))
         row = totals.get(key)
         if row is None:
-            row = totals[key] = [0, 0, 0]
-        row[0] += w.tasks
-        row[1] += w.cpu_milli * w.tasks
-        row[2] += w.memory_mib * w.tasks
+            row = totals[key] = Sums()
+        row.tasks += w.tasks
+        row.cpu_milli += w.cpu_milli * w.tasks
+        row.memory_mib += w.memory_mib * w.tasks
     return typical_of(totals)
 
 
-def typical_of(totals: dict[tuple[int, int], list[int]]) -> tuple[TypicalShape, ...]:
-    """`cycle_typical` from its sums: per (GPUs per task, milli per GPU), tasks, CPU, memory."""
-    tasks = sum(row[0] for row in totals.values())
+def typical_of(totals: dict[tuple[int, int], Sums]) -> tuple[TypicalShape, ...]:
+    """`cycle_typical` from its sums: per (GPUs per task, milli per GPU), the tasks."""
+    tasks = sum(row.tasks for row in totals.values())
     shapes: list[TypicalShape] = []
-    for (count, milli), (n, cpu, memory) in sorted(totals.items()):
+    for (count, milli), row in sorted(totals.items()):
+        n = row.tasks
         weight = round(n * TYPICAL_WEIGHT_STEP / tasks) / TYPICAL_WEIGHT_STEP
         if weight > 0:
-            shapes.append(TypicalShape(PodShape(cpu // n, memory // n, count, milli), weight))
+            shape = PodShape(row.cpu_milli // n, row.memory_mib // n, count, milli)
+            shapes.append(TypicalShape(shape, weight))
     return tuple(shapes)
 
 

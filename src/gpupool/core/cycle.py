@@ -66,9 +66,9 @@ def _assign_fair_shares(ctx: CycleContext) -> dict[str, Resources]:
     leaf: dict[int, list[int]] = {p.index: list(p.holding) for p in session.projects}
     for project, missing in session.missing_at_start.items():
         totals = leaf[project]
-        totals[0] += missing[0]
-        totals[1] += missing[1]
-        totals[2] += missing[2]
+        totals[0] += missing.gpu_milli
+        totals[1] += missing.cpu_milli
+        totals[2] += missing.memory_mib
     leaf_demand = {
         session.projects[p].name: Resources(d[0], d[1], d[2])
         for p, d in leaf.items()

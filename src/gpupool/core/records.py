@@ -143,3 +143,17 @@ class ProjectRecord:
     @property
     def name(self) -> str:
         return self.spec.name
+
+
+class Sums:
+    """Running totals of one kind of task: how many, and their GPU, CPU and memory. Attributes
+    rather than a list's items: the compiled core adds to them as machine integers (a list holds
+    every total boxed, and each addition makes a new object)."""
+
+    __slots__ = ("cpu_milli", "gpu_milli", "memory_mib", "tasks")
+
+    def __init__(self) -> None:
+        self.tasks = 0
+        self.gpu_milli = 0
+        self.cpu_milli = 0
+        self.memory_mib = 0

@@ -28,6 +28,7 @@ from gpupool.core.records import NEW_TUPLE as NEW_TUPLE
 from gpupool.core.records import NO_ALLOCS as _NO_ALLOCS
 from gpupool.core.records import UNTRACKED as UNTRACKED
 from gpupool.core.records import ProjectRecord as ProjectRecord
+from gpupool.core.records import Sums
 from gpupool.core.records import TaskAlloc as TaskAlloc
 from gpupool.core.records import WorkRecord as WorkRecord
 from gpupool.core.records import WorkState as WorkState
@@ -98,12 +99,12 @@ class Session:
         self.queues_at_start: dict[int, list[WorkRecord]] = {}
         """Per project, in workload order: the work with tasks to start when the cycle starts
         (allocate's queues, sorted there)."""
-        self.missing_at_start: dict[int, list[int]] = {}
-        """Per project: GPU milli, CPU milli and memory MiB of the tasks not placed when the
-        cycle starts (the fair shares' demand, with the holdings)."""
-        self.pending_shapes: dict[tuple[int, int], list[int]] = {}
-        """Per (GPUs per task, milli per GPU) of the work pending when the cycle starts: its
-        tasks, their CPU and their memory (`candidates.typical_of`)."""
+        self.missing_at_start: dict[int, Sums] = {}
+        """Per project: the tasks not placed when the cycle starts (the fair shares' demand,
+        with the holdings)."""
+        self.pending_shapes: dict[tuple[int, int], Sums] = {}
+        """Per (GPUs per task, milli per GPU): the tasks of the work pending when the cycle
+        starts (`candidates.typical_of`; GPU left at 0)."""
         self._build_works(snapshot.workloads)
 
     @functools.cached_property
@@ -136,8 +137,8 @@ class Session:
         whole = _WHOLE
         fraction = _FRACTION
         leaf_project: dict[str, int] = {}
-        held: dict[int, list[int]] = {}
-        """Per project: gpu, cpu, memory held, then the same for non-preemptible work."""
+        held: dict[int, tuple[Sums, Sums]] = {}
+        """Per project: what its running tasks hold, and what the non-preemptible ones do."""
         node_changed: dict[int, int] = {}
         """Node -> the last step at which its number of empty devices changed."""
         device_changed: dict[tuple[int, int], int] = {}
@@ -204,29 +205,31 @@ class Session:
                         tags[tag] = tags.get(tag, 0) + 1
                 placed = len(spec.placements)
                 left = tasks - len(allocs)
-                totals = held.get(project)
-                if totals is None:
-                    totals = held[project] = [0] * 6
+                sums = held.get(project)
+                if sums is None:
+                    sums = held[project] = (Sums(), Sums())
                 cpu_held = spec.cpu_milli * placed
                 memory_held = spec.memory_mib * placed
-                totals[0] += gpu_held
-                totals[1] += cpu_held
-                totals[2] += memory_held
+                total = sums[0]
+                total.gpu_milli += gpu_held
+                total.cpu_milli += cpu_held
+                total.memory_mib += memory_held
                 if not record.preemptible:
-                    totals[3] += gpu_held
-                    totals[4] += cpu_held
-                    totals[5] += memory_held
+                    total = sums[1]
+                    total.gpu_milli += gpu_held
+                    total.cpu_milli += cpu_held
+                    total.memory_mib += memory_held
                 if gpu.is_burstable:
                     burstable[index] = None
             else:
                 left = tasks
                 key = (gpu.amount, MILLI_PER_GPU) if kind is whole else (1, task_milli)
-                row = pending_shapes.get(key)
-                if row is None:
-                    row = pending_shapes[key] = [0, 0, 0]
-                row[0] += tasks
-                row[1] += spec.cpu_milli * tasks
-                row[2] += spec.memory_mib * tasks
+                shape = pending_shapes.get(key)
+                if shape is None:
+                    shape = pending_shapes[key] = Sums()
+                shape.tasks += tasks
+                shape.cpu_milli += spec.cpu_milli * tasks
+                shape.memory_mib += spec.memory_mib * tasks
             if left > 0 or not spec.placements:
                 queue = queues.get(project)
                 if queue is None:
@@ -235,16 +238,22 @@ class Session:
             if left > 0:
                 missing = missing_at_start.get(project)
                 if missing is None:
-                    missing = missing_at_start[project] = [0, 0, 0]
-                missing[0] += task_milli * left
-                missing[1] += spec.cpu_milli * left
-                missing[2] += spec.memory_mib * left
-        for project, totals in held.items():
+                    missing = missing_at_start[project] = Sums()
+                missing.tasks += left
+                missing.gpu_milli += task_milli * left
+                missing.cpu_milli += spec.cpu_milli * left
+                missing.memory_mib += spec.memory_mib * left
+        for project, (everything, nonpreemptible) in held.items():
             for p in projects[project].ancestors:
                 holder = projects[p]
-                for r in range(3):
-                    holder.holding[r] += totals[r]
-                    holder.nonpreemptible_holding[r] += totals[3 + r]
+                holding = holder.holding
+                holding[0] += everything.gpu_milli
+                holding[1] += everything.cpu_milli
+                holding[2] += everything.memory_mib
+                holding = holder.nonpreemptible_holding
+                holding[0] += nonpreemptible.gpu_milli
+                holding[1] += nonpreemptible.cpu_milli
+                holding[2] += nonpreemptible.memory_mib
         self._build_indexes(node_changed, device_changed)
 
     def _build_indexes(
