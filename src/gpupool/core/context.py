@@ -8,7 +8,7 @@ from typing import Final, NamedTuple
 from gpupool.core.decisions import Evict, Move
 from gpupool.core.model import MILLI_PER_GPU, GpuRequestKind, Workload
 from gpupool.core.placement import Placer
-from gpupool.core.session import Session, Statement, WorkRecord, WorkState
+from gpupool.core.session import NEW_TUPLE, Session, Statement, WorkRecord, WorkState
 
 # Enum members as module globals: reading one from its class costs ten times as much in
 # Python 3.11, and the loops here read them per workload.
@@ -157,10 +157,15 @@ class CycleContext:
 
     def ask(self, work: WorkRecord, task_count: int) -> Ask:
         spec = work.spec
-        return Ask(
-            work.task_gpu_milli * task_count,
-            spec.cpu_milli * task_count,
-            spec.memory_mib * task_count,
+        # `NEW_TUPLE`: the `__new__` that `NamedTuple` writes is Python code (the compiled
+        # core would run it interpreted), and the cycle asks for thousands.
+        return NEW_TUPLE(
+            Ask,
+            (
+                work.task_gpu_milli * task_count,
+                spec.cpu_milli * task_count,
+                spec.memory_mib * task_count,
+            ),
         )
 
     def tasks_to_start(self, work: WorkRecord) -> tuple[list[int], list[int]]:

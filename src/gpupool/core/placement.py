@@ -64,7 +64,7 @@ class Placer:
         ] = {}
         self._pins: dict[int, list[tuple[WorkRecord, int, int]]] = {}
         self._pin_burst_devices()
-        self._shapes: dict[tuple[int, int, int, int, GpuRequestKind], PodShape] = {}
+        self._shapes: dict[tuple[int, int, int, int, int], PodShape] = {}
         models: dict[str | None, int] = {}
         self._model_of = [models.setdefault(n.gpu_model, len(models)) for n in session.nodes]
         self._models_allowed: dict[frozenset[int] | None, int] = {None: len(models)}
@@ -319,7 +319,10 @@ class Placer:
             milli = request.milli_on(self.session.nodes[node].gpu_memory_mib)
         else:
             milli = request.amount if request.is_shared else MILLI_PER_GPU
-        key = (workload.cpu_milli, workload.memory_mib, request.amount, milli, request.kind)
+        kind = request.kind
+        # The kind as a number: hashing an enum member runs Python code.
+        code = 0 if kind is _WHOLE else 1 if kind is _FRACTION else 2
+        key = (workload.cpu_milli, workload.memory_mib, request.amount, milli, code)
         shape = self._shapes.get(key)
         if shape is None:
             count = 1 if request.is_shared else request.amount
