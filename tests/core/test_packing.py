@@ -27,6 +27,7 @@ from gpupool.core.packing import (
     typical_shapes,
 )
 from gpupool.core.policies.best_fit import BestFitPolicy
+from gpupool.core.policies.default import plan_step
 
 EXAMPLES = int(os.environ.get("GPUPOOL_PROPERTY_EXAMPLES", "200"))
 
@@ -525,8 +526,9 @@ def test_device_plan_is_the_best_fit_decreasing_packing_of_the_shares() -> None:
     )
     plan = DevicePlan.of(typical, pods=10)
     # 4 x 470, 2 x 650, 2 x 320 -> 650 + 320 twice, 470 + 470 twice
-    assert plan.completes == frozenset({(650, 320), (320, 650), (470, 470)})
-    assert plan.continues == frozenset({(0, 320), (0, 650), (0, 470)})
+    steps = {(650, 320), (320, 650), (470, 470)}
+    assert plan.completes == frozenset(plan_step(used, share) for used, share in steps)
+    assert plan.continues == frozenset(plan_step(0, share) for share in (320, 650, 470))
     assert plan.rank(free=350, share=320) == 0  # 650 + 320 completes a planned device
     assert plan.rank(free=1000, share=470) == 1  # a new device starts one
     assert plan.rank(free=530, share=320) == 2  # 470 + 320 is in no plan

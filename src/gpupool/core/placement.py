@@ -10,8 +10,6 @@ candidate node for the task and chooses its devices there.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
-from itertools import chain
 from typing import Any, Final
 
 from gpupool.core.candidates import RotatingPick
@@ -283,7 +281,11 @@ class Placer:
         shape = self._shape(workload, 0)
         shape_id = id(shape)
         shared = request.is_shared
-        best: tuple[float, int, tuple[int, ...], PodShape] | None = None
+        # the best so far as plain locals, not a tuple read back for every candidate
+        best_score = 0.0
+        best_node = -1
+        best_devices: tuple[int, ...] = ()
+        best_shape = shape
         scores = self._scores
         scored_at = self._scored_at
         versions = self.session.node_version
@@ -302,14 +304,21 @@ class Placer:
                 scored = memo[shape_id] = policy.score(view, node, shape)
             if scored is None:
                 continue
-            if best is not None and (
-                scored[0] > best[0] or (scored[0] == best[0] and (rotate or node > best[1]))
+            score = scored[0]
+            if best_node >= 0 and (
+                score > best_score or (score == best_score and (rotate or node > best_node))
             ):
                 continue
-            if shared and not self._memory_fits(workload, node, scored[1]):
+            devices = scored[1]
+            if shared and not self._memory_fits(workload, node, devices):
                 continue
-            best = (scored[0], node, scored[1], shape)
-        return best
+            best_score = score
+            best_node = node
+            best_devices = devices
+            best_shape = shape
+        if best_node < 0:
+            return None
+        return best_score, best_node, best_devices, best_shape
 
     def _shape(self, workload: Workload, node: int) -> PodShape:
         """The task as a policy sees it on `node` (a memory request's share depends on the
@@ -337,13 +346,15 @@ class Placer:
         used = self.session.device_memory_used[node]
         return all(used[d] + memory <= device_memory for d in devices)
 
-    def _nodes_with_empty(self, at_least: int) -> Iterator[int]:
+    def _buckets_with_empty(self, at_least: int) -> list[dict[int, None]]:
+        """The session's buckets of nodes with `at_least` empty devices or more, in the
+        policy's order (fewest first, or most for a loose policy). The scans loop over each
+        bucket's nodes themselves: a chained iterator is a generic call per node compiled."""
         s = self.session
-        buckets = range(at_least, s.max_gpus_per_node + 1)
+        buckets = s.nodes_by_empty[at_least:]
         if self.policy.loose:
-            buckets = range(s.max_gpus_per_node, at_least - 1, -1)
-        # chained in C: a generator here would be resumed once per node the scans read
-        return chain.from_iterable(map(s.nodes_by_empty.__getitem__, buckets))
+            buckets.reverse()
+        return buckets
 
     def _offer(self, allowed: frozenset[int] | None) -> tuple[list[int], int]:
         """A fresh count of the candidates taken per GPU model, and how many models the
@@ -373,31 +384,36 @@ class Placer:
         memory_free = self.session.memory_free
         cpu = workload.cpu_milli
         memory = workload.memory_mib
-        for node in self._nodes_with_empty(needed):
-            if (
-                node == excluded
-                or (allowed is not None and node not in allowed)
-                or cpu_free[node] < cpu
-                or memory_free[node] < memory
-            ):
-                continue
-            if pins and node in pins:
-                used = self.session.device_used[node]
-                pinned = self._pinned(node)
-                if sum(1 for d in range(len(used)) if used[d] == 0 and d not in pinned) < needed:
+        skip = -1 if excluded is None else excluded  # an int compares natively compiled
+        for bucket in self._buckets_with_empty(needed):
+            for node in bucket:
+                if (
+                    node == skip
+                    or (allowed is not None and node not in allowed)
+                    or cpu_free[node] < cpu
+                    or memory_free[node] < memory
+                ):
                     continue
-            if first_only:
-                return [node]
-            model = model_of[node]
-            count = taken[model] + 1
-            if count > limit:
-                continue
-            taken[model] = count
-            found.append(node)
-            if count == limit:
-                left -= 1
-                if left <= 0:
-                    break
+                if pins and node in pins:
+                    used = self.session.device_used[node]
+                    pinned = self._pinned(node)
+                    if (
+                        sum(1 for d in range(len(used)) if used[d] == 0 and d not in pinned)
+                        < needed
+                    ):
+                        continue
+                if first_only:
+                    return [node]
+                model = model_of[node]
+                count = taken[model] + 1
+                if count > limit:
+                    continue
+                taken[model] = count
+                found.append(node)
+                if count == limit:
+                    left -= 1
+                    if left <= 0:
+                        return found
         return found
 
     def _shared_candidates(
@@ -429,11 +445,12 @@ class Placer:
         limit = s.settings.placement_candidates
         model_of = self._model_of
         taken, left = self._offer(allowed)
+        skip = -1 if excluded is None else excluded
         for free in keys[bisect.bisect_left(keys, smallest) :]:
             for node, _device in by_free[free]:
                 if (
                     node in found
-                    or node == excluded
+                    or node == skip
                     or (allowed is not None and node not in allowed)
                     or cpu_free[node] < cpu
                     or memory_free[node] < memory
@@ -480,35 +497,40 @@ class Placer:
         model_of = self._model_of
         taken, left = self._offer(allowed)
         pins = self._pins
-        for node in self._nodes_with_empty(1):
-            if (
-                node in found
-                or node == excluded
-                or (allowed is not None and node not in allowed)
-                or cpu_free[node] < cpu
-                or memory_free[node] < memory
-            ):
-                continue
-            if pins and node in pins:
-                used = s.device_used[node]
-                pinned = self._pinned(node)
-                if all(used[d] or d in pinned for d in range(len(used))):
+        skip = -1 if excluded is None else excluded
+        for bucket in self._buckets_with_empty(1):
+            for node in bucket:
+                if (
+                    node in found
+                    or node == skip
+                    or (allowed is not None and node not in allowed)
+                    or cpu_free[node] < cpu
+                    or memory_free[node] < memory
+                ):
                     continue
-            if max_milli is not None and request.milli_on(s.nodes[node].gpu_memory_mib) > max_milli:
-                continue
-            if first_only:
+                if pins and node in pins:
+                    used = s.device_used[node]
+                    pinned = self._pinned(node)
+                    if all(used[d] or d in pinned for d in range(len(used))):
+                        continue
+                if (
+                    max_milli is not None
+                    and request.milli_on(s.nodes[node].gpu_memory_mib) > max_milli
+                ):
+                    continue
+                if first_only:
+                    found[node] = None
+                    return
+                model = model_of[node]
+                count = taken[model] + 1
+                if count > limit:
+                    continue
+                taken[model] = count
                 found[node] = None
-                break
-            model = model_of[node]
-            count = taken[model] + 1
-            if count > limit:
-                continue
-            taken[model] = count
-            found[node] = None
-            if count == limit:
-                left -= 1
-                if left <= 0:
-                    break
+                if count == limit:
+                    left -= 1
+                    if left <= 0:
+                        return
 
     # --- what the pending reason can say --------------------------------------------------
 

@@ -28,6 +28,10 @@ default, gpushare60 and gpuspec10 traces; 8 or 16 instead of 4 move it by less t
 PLAN_PODS: Final = 100_000
 """How many shares `DevicePlan` packs to find the planned fills (in the shapes' proportions)."""
 
+_STEP_BASE: Final = 1 << 16
+"""A plan step (milli-GPU used, share) is kept as one integer, used * this + share (a share is
+below `MILLI_PER_GPU`): looking up an int hashes nothing, a tuple hashes both."""
+
 
 class DevicePlan:
     """How the target workload's sharing pods fill a device best: the fills of a best-fit-
@@ -35,7 +39,8 @@ class DevicePlan:
     each into the fullest device it fits). On the openb default trace: an 810 alone, 470 + 470,
     650 + 320, 810 + 160, 4 x 230, ...
 
-    The plan is kept as steps (milli-GPU already used on the device, share added): `completes`
+    The plan is kept as steps (milli-GPU already used on the device, share added; `plan_step`
+    writes one as an integer): `completes`
     holds the steps that finish a planned device (the used part is the rest of that device),
     `continues` those that start one or add to one without finishing it (the used part is a
     sub-multiset of the rest). A step names the share itself, not only the new total: totals
@@ -45,9 +50,7 @@ class DevicePlan:
 
     __slots__ = ("completes", "continues")
 
-    def __init__(
-        self, completes: frozenset[tuple[int, int]], continues: frozenset[tuple[int, int]]
-    ) -> None:
+    def __init__(self, completes: frozenset[int], continues: frozenset[int]) -> None:
         self.completes = completes
         self.continues = continues
 
@@ -78,21 +81,21 @@ class DevicePlan:
             device.append(share)
             by_used.setdefault(used + share, []).append(device)
         fills = {tuple(sorted(device)) for group in by_used.values() for device in group}
-        completes: set[tuple[int, int]] = set()
-        continues: set[tuple[int, int]] = set()
+        completes: set[int] = set()
+        continues: set[int] = set()
         for fill in fills:
             for index, share in enumerate(fill):
                 if index and fill[index - 1] == share:
                     continue  # the same steps as the equal share before it
                 rest = fill[:index] + fill[index + 1 :]
-                completes.add((sum(rest), share))
-                continues.update((used, share) for used in _part_sums(rest) - {sum(rest)})
+                completes.add(plan_step(sum(rest), share))
+                continues.update(plan_step(used, share) for used in _part_sums(rest) - {sum(rest)})
         return cls(frozenset(completes), frozenset(continues))
 
     def rank(self, free: int, share: int) -> int:
         """How well putting `share` on a device with `free` milli left follows the plan:
         0 it completes a planned device, 1 it starts or continues one, 2 it leaves the plan."""
-        step = (MILLI_PER_GPU - free, share)
+        step = plan_step(MILLI_PER_GPU - free, share)
         if step in self.completes:
             return 0
         if step in self.continues:
@@ -105,6 +108,11 @@ def _plan_of(typical: tuple[TypicalShape, ...]) -> DevicePlan:
     """The plan of a target workload, kept for the next policy built on the same one (the
     scheduling cycle builds a policy every cycle; the plan costs about 0.15 s)."""
     return DevicePlan.of(typical)
+
+
+def plan_step(used_milli: int, share_milli: int) -> int:
+    """A plan step as one integer (`_STEP_BASE`)."""
+    return used_milli * _STEP_BASE + share_milli
 
 
 def _part_sums(shares: Sequence[int]) -> set[int]:

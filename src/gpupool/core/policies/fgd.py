@@ -191,6 +191,12 @@ class FgdPolicy(PlacementPolicy):
         and memory only as whether each shape's fits (free >= need), which the number of cuts
         at or below the free amount tells; nodes that differ in free CPU or memory alone then
         share a memo entry."""
+        self._before: dict[int, tuple[tuple[int, ...], int, int, tuple[int, ...], float]] = {}
+        """Per node, the state it was last scored in (free parts as read, free CPU, free
+        memory), its free parts sorted and its measure: a node is scored for several shapes in
+        one state (7 of 10 scores in a 1,000-node cycle), each of which needs the measure before
+        the pod. Checked by value, so it holds for any `Capacity` (a list changed in place
+        compares unequal to the tuple kept)."""
 
     def fragmentation(
         self, model: str | None, cpu_free: int, memory_free: int, free: Sequence[int]
@@ -223,39 +229,66 @@ class FgdPolicy(PlacementPolicy):
         cpu = state.cpu_free[node]
         memory = state.memory_free[node]
         free = state.device_free[node]
-        free_sorted = tuple(sorted(free))
-        measure = self._measure
-        before = measure(model, cpu, memory, free_sorted)
+        read = tuple(free)  # the same object when `free` is a tuple
+        last = self._before.get(node)
+        if (
+            last is not None
+            and last[1] == cpu
+            and last[2] == memory
+            and (last[0] is read or last[0] == read)
+        ):
+            free_sorted = last[3]
+            before = last[4]
+        else:
+            free_sorted = tuple(sorted(read))
+            # `self._measure(...)` at each call, not a local: compiled, that is a direct call
+            # with machine integers; a bound method would box every argument
+            before = self._measure(model, cpu, memory, free_sorted)
+            self._before[node] = (read, cpu, memory, free_sorted, before)
         cpu_after = cpu - shape.cpu_milli
         memory_after = memory - shape.memory_mib
         milli = shape.gpu_milli
         if shape.is_fractional:
-            best: tuple[int, int, int] | None = None
-            # Devices with the same room leave the node in the same state (the measure sees the
-            # free parts as a multiset) and rank the same: the first of them stands for all.
-            tried: set[int] = set()
-            for d, room in enumerate(free):
-                if room < milli or room in tried:
+            # Each distinct room once, in ascending order: devices with the same room leave the
+            # node in the same state (the measure sees the free parts as a multiset) and rank
+            # the same, so the first device with it stands for all. The best is the least
+            # (rank, -score, device): the first device in device order among the best, as FGD
+            # tries them.
+            best_rank = best_value = best_device = -1
+            previous = -2
+            for at in range(len(free_sorted)):
+                room = free_sorted[at]
+                if room < milli or room == previous:
                     continue
-                tried.add(room)
+                previous = room
                 # the sorted state after: `room` taken out, `room - milli` put in its place
-                at = bisect.bisect_left(free_sorted, room)
-                to = bisect.bisect_left(free_sorted, room - milli, 0, at)
+                left = room - milli
+                to = at
+                while to and free_sorted[to - 1] >= left:
+                    to -= 1
                 after_sorted = (
                     *free_sorted[:to],
-                    room - milli,
+                    left,
                     *free_sorted[to:at],
                     *free_sorted[at + 1 :],
                 )
                 value = fgd_node_score(
-                    before, measure(model, cpu_after, memory_after, after_sorted)
+                    before, self._measure(model, cpu_after, memory_after, after_sorted)
                 )
                 rank = self._device_rank(room, milli)
-                if best is None or (rank, -value) < (best[0], -best[1]):
-                    best = (rank, value, d)
-            if best is None:
+                device = read.index(room)
+                if (
+                    best_device < 0
+                    or rank < best_rank
+                    or (
+                        rank == best_rank
+                        and (value > best_value or (value == best_value and device < best_device))
+                    )
+                ):
+                    best_rank, best_value, best_device = rank, value, device
+            if best_device < 0:
                 return None
-            return float(best[0] * PLAN_RANK_STEP - best[1]), (best[2],)
+            return float(best_rank * PLAN_RANK_STEP - best_value), (best_device,)
         count = shape.gpu_count
         taken: list[int] = []
         if count:
@@ -277,7 +310,7 @@ class FgdPolicy(PlacementPolicy):
             for d in taken:
                 changed[d] -= milli
             after_sorted = tuple(sorted(changed))
-        after_value = measure(model, cpu_after, memory_after, after_sorted)
+        after_value = self._measure(model, cpu_after, memory_after, after_sorted)
         return -float(fgd_node_score(before, after_value)), devices
 
     def _device_rank(self, free_milli: int, share_milli: int) -> int:
