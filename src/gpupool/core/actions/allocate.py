@@ -117,8 +117,8 @@ def allocate(ctx: CycleContext) -> None:
     whole = _WHOLE
     fraction = _FRACTION
     shape_keys = ctx.shape_keys
-    find = ctx.placer.find
-    add_alloc = ctx.session._add_alloc
+    placer = ctx.placer
+    session = ctx.session  # their methods called on them: a bound method is a boxed call compiled
     while heap:
         _, name, project = heap[0]
         queue = queues[project]
@@ -187,12 +187,12 @@ def allocate(ctx: CycleContext) -> None:
             # task, nothing placed, no policy that could hold it back, an exact GPU charge
             # (no headroom to pass, nothing to check after placing), a shape not failed yet.
             # A single placement needs no statement: it is the only change, made or not.
-            alloc = find(spec, 0, None, None)
+            alloc = placer.find(spec, 0, None, None)
             if alloc is None:
                 reason = ctx.capacity_reason(work, _ONE_TASK)
                 reasons[work.index] = failed[cast(ShapeKey, key)] = reason  # set when `single`
             else:
-                add_alloc(work, alloc)
+                session._add_alloc(work, alloc)
                 ctx.mark_started(work, _FITS)
         else:
             try_allocate(ctx, work, failed)

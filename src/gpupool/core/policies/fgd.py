@@ -303,7 +303,9 @@ class FgdPolicy(PlacementPolicy):
             # `MILLI_PER_GPU - milli` free, which goes in where that amount sorts
             rest = free_sorted[: len(free_sorted) - len(taken)]
             left = MILLI_PER_GPU - milli
-            to = bisect.bisect_left(rest, left)
+            to = 0  # where `left` sorts in: 0 but below pinned devices' -1 (no bisect call)
+            while to < len(rest) and rest[to] < left:
+                to += 1
             after_sorted = rest[:to] + (left,) * len(taken) + rest[to:]
         else:
             changed = list(free)
