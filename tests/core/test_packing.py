@@ -570,3 +570,47 @@ def test_default_follows_the_plan_where_fgd_looks_one_pod_ahead() -> None:
     # so 470 + 320 is off plan and a 320 starts a device on b.
     assert place_once(PolicyName.FGD, nodes, before, pod, typical) == ("a", (0,))
     assert place_once(PolicyName.DEFAULT, nodes, before, pod, typical) == ("b", (0,))
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    st.sampled_from([PolicyName.FGD, PolicyName.DEFAULT]),
+    st.lists(
+        st.tuples(
+            st.integers(0, 2),  # node
+            st.sampled_from(
+                [
+                    PodShape(1000, 512, 1, 250),
+                    PodShape(0, 0, 1, 500),
+                    WHOLE,
+                    PodShape(63500, 0, 0, 0),  # CPU alone: the node's devices stay as they are
+                    PodShape(0, 262000, 0, 0),  # memory alone
+                ]
+            ),
+        ),
+        max_size=12,
+    ),
+    st.sampled_from([PodShape(500, 256, 1, 300), PodShape(2000, 0, 2, 1000), WHOLE]),
+)
+def test_a_policy_scores_a_node_changed_in_place_as_a_fresh_one_does(
+    name: PolicyName, pods: list[tuple[int, PodShape]], asked: PodShape
+) -> None:
+    # FGD keeps the state each node was last scored in with its measure (`FgdPolicy._before`);
+    # the packing state changes a node's free parts in place (the same list), so a policy that
+    # kept the list rather than its values, or skipped the CPU or memory, would score a stale
+    # node.
+    typical = (
+        TypicalShape(PodShape(1000, 512, 1, 250), 0.5),
+        TypicalShape(PodShape(0, 0, 1, 500), 0.3),
+        TypicalShape(WHOLE, 0.2),
+    )
+    nodes = [node(f"n{i}", 4) for i in range(3)]
+    state = PackingState(nodes)
+    kept = make_policy(name, nodes, typical, lambda n: 0)
+    for target, pod in pods:
+        for n in range(len(nodes)):
+            fresh = make_policy(name, nodes, typical, lambda n: 0)
+            assert kept.evaluate(state, n, asked) == fresh.evaluate(state, n, asked)
+        fits = kept.evaluate(state, target, pod)
+        if fits is not None:
+            state.assign(target, fits[1], pod)
