@@ -110,9 +110,6 @@ class CycleContext:
         self.queues: dict[int, list[WorkRecord]] | None = None
         """Allocate's queues: per project, the work waiting to start tasks when allocate began,
         by priority then submission (work that waits later in the cycle is among it)."""
-        self.shape_keys: dict[int, tuple[object, ...]] = {}
-        """Per work with nothing placed: its shape key (`actions.allocate.shape_key`), which
-        allocate, reclaim and preempt each look up."""
         self._limit_levels: list[tuple[LimitLevel, ...]] = []
         """Per project: the levels of its path, root first, that have a limit."""
         self._quota_checks: list[tuple[QuotaCheck, ...]] = []

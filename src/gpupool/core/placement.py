@@ -73,6 +73,10 @@ class Placer:
         nothing changed on since scores the same: most candidates of one search are scored
         again by the next."""
         self._scored_at = [0] * len(session.nodes)
+        self._marks = [0] * len(session.nodes)
+        self._stamp = 0
+        """`_marks[node] == _stamp`: the node is already among the current search's candidates
+        (`_shared_candidates` starts a search with a new stamp)."""
         self.capacity = SessionCapacity(session, self._pinned_now, self._pins)
         self._pick = RotatingPick(session.snapshot.now_s)
         self.policy = create_policy(
@@ -240,16 +244,16 @@ class Placer:
                 return None
             two_steps = policy.empty_device_in_offered_order
             found = self._shared_candidates(workload, excluded, max_milli, not two_steps)
-            best = self._best(workload, list(found)) if found else None
+            best = self._best(workload, found) if found else None
             if best is None and two_steps:
                 # no shared device took it: the first node with an empty device that does
                 shared = len(found)
                 self._empty_candidates(workload, excluded, max_milli, found, True)
                 if len(found) > shared:
-                    best = self._best(workload, list(found)[shared:])
+                    best = self._best(workload, found[shared:])
                     if best is None:  # that node refused it after all (its devices' memory)
                         self._empty_candidates(workload, excluded, max_milli, found, False)
-                        best = self._best(workload, list(found)[shared + 1 :])
+                        best = self._best(workload, found[shared + 1 :])
         if best is None:
             return None
         _, node, devices, shape = best
@@ -422,7 +426,7 @@ class Placer:
         excluded: int | None,
         max_milli: int | None,
         empty: bool = True,
-    ) -> dict[int, None]:
+    ) -> list[int]:
         """Nodes with an already shared device the task fits on (tightest first), then (with
         `empty`) nodes with an empty device; at most `placement_candidates` of each kind and
         GPU model."""
@@ -439,7 +443,11 @@ class Placer:
         per_node = request.kind is _MEMORY
         milli = request.amount
         nodes = s.nodes
-        found: dict[int, None] = {}
+        found: list[int] = []
+        # membership in `found` by a mark per node (no set of boxed ints per search)
+        self._stamp += 1
+        stamp = self._stamp
+        marks = self._marks
         keys = s.shared_free_keys
         by_free = s.shared_by_free
         limit = s.settings.placement_candidates
@@ -449,7 +457,7 @@ class Placer:
         for free in keys[bisect.bisect_left(keys, smallest) :]:
             for node, _device in by_free[free]:
                 if (
-                    node in found
+                    marks[node] == stamp
                     or node == skip
                     or (allowed is not None and node not in allowed)
                     or cpu_free[node] < cpu
@@ -465,7 +473,8 @@ class Placer:
                 if count > limit:
                     continue
                 taken[model] = count
-                found[node] = None
+                found.append(node)
+                marks[node] = stamp
                 if count == limit:
                     left -= 1
                     if left <= 0:
@@ -481,11 +490,12 @@ class Placer:
         workload: Workload,
         excluded: int | None,
         max_milli: int | None,
-        found: dict[int, None],
+        found: list[int],
         first_only: bool,
     ) -> None:
-        """Nodes with an empty device the task may use, not in `found`, in the policy's order,
-        added to `found`: the first only, or `placement_candidates` of each GPU model."""
+        """Nodes with an empty device the task may use, not in `found` (marked with the current
+        stamp by `_shared_candidates`), in the policy's order, added to `found`: the first only,
+        or `placement_candidates` of each GPU model."""
         s = self.session
         request = workload.gpu
         allowed = self._allowed(workload)
@@ -498,10 +508,12 @@ class Placer:
         taken, left = self._offer(allowed)
         pins = self._pins
         skip = -1 if excluded is None else excluded
+        stamp = self._stamp
+        marks = self._marks
         for bucket in self._buckets_with_empty(1):
             for node in bucket:
                 if (
-                    node in found
+                    marks[node] == stamp
                     or node == skip
                     or (allowed is not None and node not in allowed)
                     or cpu_free[node] < cpu
@@ -519,14 +531,16 @@ class Placer:
                 ):
                     continue
                 if first_only:
-                    found[node] = None
+                    found.append(node)
+                    marks[node] = stamp
                     return
                 model = model_of[node]
                 count = taken[model] + 1
                 if count > limit:
                     continue
                 taken[model] = count
-                found[node] = None
+                found.append(node)
+                marks[node] = stamp
                 if count == limit:
                     left -= 1
                     if left <= 0:

@@ -82,6 +82,7 @@ class WorkRecord:
         "preemptible",
         "priority",
         "project",
+        "shape_key",
         "spec",
         "started_this_cycle",
         "state",
@@ -103,6 +104,10 @@ class WorkRecord:
         self.allocs: dict[int, TaskAlloc] = NO_ALLOCS
         self.state = _PENDING
         self.started_this_cycle = False
+        self.shape_key: tuple[object, ...] | None = None
+        """With nothing placed: its shape key (`actions.allocate.shape_key`), made once a cycle
+        and read by allocate, reclaim and preempt. On the record rather than in a dict by
+        work index: no lookup, and no boxed index, per read."""
 
     @property
     def name(self) -> str:

@@ -57,9 +57,9 @@ def without_cpu_memory(key: ShapeKey) -> ShapeKey:
 def pending_shape_key(ctx: CycleContext, work: WorkRecord, gang_size: int) -> ShapeKey:
     """`shape_key` of a work with nothing placed, whose gang to start is fixed by its spec:
     computed once a cycle."""
-    key = ctx.shape_keys.get(work.index)
+    key = work.shape_key
     if key is None:
-        key = ctx.shape_keys[work.index] = shape_key(work, gang_size)
+        key = work.shape_key = shape_key(work, gang_size)
     return key
 
 
@@ -116,7 +116,6 @@ def allocate(ctx: CycleContext) -> None:
     memory = _MEMORY
     whole = _WHOLE
     fraction = _FRACTION
-    shape_keys = ctx.shape_keys
     placer = ctx.placer
     session = ctx.session  # their methods called on them: a bound method is a boxed call compiled
     while heap:
@@ -144,11 +143,11 @@ def allocate(ctx: CycleContext) -> None:
             gang = (tasks if tasks > 0 else 0) if gang is None else len(range(tasks)[:gang])
             if not gang:
                 break
-            key = shape_keys.get(work.index)
+            key = work.shape_key
             request = spec.gpu
             kind = request.kind
             if key is None:  # `shape_key(work, gang)`, inline: every pending work is here
-                key = shape_keys[work.index] = (
+                key = work.shape_key = (
                     0 if kind is whole else 1 if kind is fraction else 2,
                     request.amount,
                     gang,
@@ -217,7 +216,7 @@ def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[ShapeKey, str
         if ctx.quota_problem(work, ctx.ask(work, len(gang))) is not None:
             ctx.policy_blocked.add(work.index)
         return False
-    key = ctx.shape_keys.get(work.index)
+    key = work.shape_key
     if key is None:
         key = pending_shape_key(ctx, work, len(gang))
     if work.spec.gpu.kind is _MEMORY:

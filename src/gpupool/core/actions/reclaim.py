@@ -92,7 +92,6 @@ def reclaim(ctx: CycleContext) -> None:
     """`_explain_no_reclaim`'s note by what it says: most of a long queue gets one of a few."""
     limited = [bool(ctx.limit_levels(p)) for p in range(len(session.projects))]
     projects = session.projects
-    shape_keys = ctx.shape_keys
     reasons = ctx.reasons
     bounded: dict[str | None, str] = {}
     """Once the budget is spent, the reason each earlier reason becomes with the note appended
@@ -128,7 +127,7 @@ def reclaim(ctx: CycleContext) -> None:
         spec = work.spec
         key = None
         if project in failed_projects:
-            shape = shape_keys.get(work.index)
+            shape = work.shape_key
             if shape is None:
                 shape = pending_shape_key(ctx, work, gang_size)
             # A shape that failed for the project fails again, and so does one that needs as
