@@ -66,7 +66,7 @@ class Placer:
         models: dict[str | None, int] = {}
         self._model_of = [models.setdefault(n.gpu_model, len(models)) for n in session.nodes]
         self._models_allowed: dict[frozenset[int] | None, int] = {None: len(models)}
-        self._scores: list[dict[int, Scored | None]] = [{} for _ in session.nodes]
+        self._scores: list[dict[object, Scored | None]] = [{} for _ in session.nodes]
         """Per node, the policy's score by shape (`id` of a `PodShape` from `_shapes`, which
         keeps them all for the cycle), valid while the node's version is `_scored_at[node]`.
         A policy scores a node from that node's own state alone (`policies.base`), so a node
@@ -283,7 +283,7 @@ class Placer:
             candidates = candidates[first:] + candidates[:first]
         per_node = request.kind is _MEMORY
         shape = self._shape(workload, 0)
-        shape_id = id(shape)
+        shape_id: object = id(shape)  # boxed once here, not at every memo lookup
         shared = request.is_shared
         # the best so far as plain locals, not a tuple read back for every candidate
         best_score = 0.0
@@ -308,7 +308,7 @@ class Placer:
                 scored = memo[shape_id] = policy.score(view, node, shape)
             if scored is None:
                 continue
-            score = scored[0]
+            score: float = scored[0]  # unboxed once: the comparisons below are on C doubles
             if best_node >= 0 and (
                 score > best_score or (score == best_score and (rotate or node > best_node))
             ):
