@@ -606,10 +606,10 @@ def test_a_policy_scores_a_node_changed_in_place_as_a_fresh_one_does(
     )
     nodes = [node(f"n{i}", 4) for i in range(3)]
     state = PackingState(nodes)
-    kept = make_policy(name, nodes, typical, lambda n: 0)
+    kept = make_policy(name, nodes, typical, lambda _: 0)
     for target, pod in pods:
         for n in range(len(nodes)):
-            fresh = make_policy(name, nodes, typical, lambda n: 0)
+            fresh = make_policy(name, nodes, typical, lambda _: 0)
             assert kept.evaluate(state, n, asked) == fresh.evaluate(state, n, asked)
         fits = kept.evaluate(state, target, pod)
         if fits is not None:

@@ -303,7 +303,7 @@ class FgdPolicy(PlacementPolicy):
             # `MILLI_PER_GPU - milli` free, which goes in where that amount sorts
             rest = free_sorted[: len(free_sorted) - len(taken)]
             left = MILLI_PER_GPU - milli
-            to = 0  # where `left` sorts in: 0 but below pinned devices' -1 (no bisect call)
+            to = 0  # where `left` sorts in: first, after any pinned device's -1 (no bisect)
             while to < len(rest) and rest[to] < left:
                 to += 1
             after_sorted = rest[:to] + (left,) * len(taken) + rest[to:]
