@@ -20,7 +20,7 @@ class LastNodePolicy(PlacementPolicy):
     """A policy written in a test, as a user would add one: the highest-numbered node."""
 
     def score(self, state: Capacity, node: int, shape: PodShape) -> Scored | None:
-        free = state.device_free[node]
+        free = state.free_parts(node)
         devices = tuple(d for d, room in enumerate(free) if room >= shape.gpu_milli)
         return -float(node), devices[: shape.gpu_count]
 

@@ -106,7 +106,7 @@ def test_evaluate_scores_exactly_where_the_host_and_devices_fit(
     devices: list[int], cpu: int, memory: int, model: str, shape: PodShape
 ) -> None:
     state = PackingState([PackNode("n", cpu, memory, len(devices), model)])
-    state.device_free[0] = list(devices)
+    state.device_free[0] = tuple(devices)
     fits = fits_host(state, 0, shape) and (
         not shape.gpu_count or len(devices_with_room(state, 0, shape.gpu_milli)) >= shape.gpu_count
     )

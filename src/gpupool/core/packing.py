@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.core.policies import create_policy
 from gpupool.core.policies.base import (
+    Capacity,
     PackNode,
     PackPlacement,
     PlacementPolicy,
@@ -68,19 +69,27 @@ __all__ = [
 ]
 
 
-class PackingState:
+class PackingState(Capacity):
     """Free resources of every node; changed only through `assign`, which logs the node."""
 
     def __init__(self, nodes: Sequence[PackNode]) -> None:
-        self.nodes = tuple(nodes)
-        self.cpu_free = [n.cpu_milli for n in self.nodes]
-        self.memory_free = [n.memory_mib for n in self.nodes]
-        self.device_free = [[MILLI_PER_GPU] * n.gpu_count for n in self.nodes]
-        self.affinity: list[dict[int, int]] = [{} for _ in self.nodes]
-        """Per node, how many pods of each per-device GPU request it holds (GPU clustering)."""
+        super().__init__(
+            nodes,
+            [n.cpu_milli for n in nodes],
+            [n.memory_mib for n in nodes],
+            [{} for _ in nodes],
+        )
+        self.device_free: list[tuple[int, ...]] = [
+            (MILLI_PER_GPU,) * n.gpu_count for n in self.nodes
+        ]
+        """Per node, the free milli-GPU of each device; a node's tuple is replaced when a pod
+        lands there (`free_parts` hands it out as it is)."""
         self.changes: list[int] = []
         self.capacity_gpu_milli = sum(n.gpu_count for n in self.nodes) * MILLI_PER_GPU
         self.allocated_gpu_milli = 0
+
+    def free_parts(self, node: int) -> tuple[int, ...]:
+        return self.device_free[node]
 
     def fits_host(self, node: int, shape: PodShape) -> bool:
         """CPU, memory and GPU model allow the pod on `node` (devices not checked)."""
@@ -92,9 +101,11 @@ class PackingState:
     def assign(self, node: int, devices: tuple[int, ...], shape: PodShape) -> None:
         self.cpu_free[node] -= shape.cpu_milli
         self.memory_free[node] -= shape.memory_mib
-        free = self.device_free[node]
-        for d in devices:
-            free[d] -= shape.gpu_milli
+        if devices:
+            free = list(self.device_free[node])
+            for d in devices:
+                free[d] -= shape.gpu_milli
+            self.device_free[node] = tuple(free)
         if shape.gpu_count:
             tag = self.affinity[node]
             tag[affinity_tag(shape)] = tag.get(affinity_tag(shape), 0) + 1

@@ -32,7 +32,7 @@ class BestFitPolicy(PlacementPolicy):
 
     def score(self, state: Capacity, node: int, shape: PodShape) -> Scored | None:
         cpu_left = state.cpu_free[node] - shape.cpu_milli
-        gpu_left = sum(state.device_free[node]) - shape.total_gpu_milli
+        gpu_left = sum(state.free_parts(node)) - shape.total_gpu_milli
         value = 0.5 * cpu_left / self._max_cpu + 0.5 * gpu_left / self._max_gpu
         return -node_score(1.0 - value), tightest(state, node, shape)
 

@@ -60,7 +60,7 @@ class BinPackPolicy(PlacementPolicy):
         return delta
 
     def score(self, state: Capacity, node: int, shape: PodShape) -> Scored | None:
-        free = state.device_free[node]
+        free = state.free_parts(node)
         milli = shape.gpu_milli
         if shape.gpu_count != 1 or milli >= MILLI_PER_GPU:  # not `shape.is_fractional`
             empty = [d for d, room in enumerate(free) if room == MILLI_PER_GPU]

@@ -24,7 +24,7 @@ class DotProductPolicy(PlacementPolicy):
         cpu = (state.cpu_free[node] / spec.cpu_milli) * (shape.cpu_milli / spec.cpu_milli)
         if not shape.gpu_count:
             return -node_score(1.0 - cpu), ()
-        free = state.device_free[node]
+        free = state.free_parts(node)
         if shape.is_fractional:
             best: Scored | None = None
             for d in devices_with_room(state, node, shape.gpu_milli):

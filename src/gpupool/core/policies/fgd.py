@@ -195,8 +195,8 @@ class FgdPolicy(PlacementPolicy):
         """Per node, the state it was last scored in (free parts as read, free CPU, free
         memory), its free parts sorted and its measure: a node is scored for several shapes in
         one state (7 of 10 scores in a 1,000-node cycle), each of which needs the measure before
-        the pod. Checked by value, so it holds for any `Capacity` (a list changed in place
-        compares unequal to the tuple kept)."""
+        the pod. Checked by value, so it holds for any `Capacity` (a node's free parts read
+        afresh compare equal to the tuple kept while they are the same)."""
 
     def fragmentation(
         self, model: str | None, cpu_free: int, memory_free: int, free: Sequence[int]
@@ -228,23 +228,22 @@ class FgdPolicy(PlacementPolicy):
         model = state.nodes[node].gpu_model
         cpu = state.cpu_free[node]
         memory = state.memory_free[node]
-        free = state.device_free[node]
-        read = tuple(free)  # the same object when `free` is a tuple
+        free = state.free_parts(node)
         last = self._before.get(node)
         if (
             last is not None
             and last[1] == cpu
             and last[2] == memory
-            and (last[0] is read or last[0] == read)
+            and (last[0] is free or last[0] == free)
         ):
             free_sorted = last[3]
             before = last[4]
         else:
-            free_sorted = tuple(sorted(read))
+            free_sorted = tuple(sorted(free))
             # `self._measure(...)` at each call, not a local: compiled, that is a direct call
             # with machine integers; a bound method would box every argument
             before = self._measure(model, cpu, memory, free_sorted)
-            self._before[node] = (read, cpu, memory, free_sorted, before)
+            self._before[node] = (free, cpu, memory, free_sorted, before)
         cpu_after = cpu - shape.cpu_milli
         memory_after = memory - shape.memory_mib
         milli = shape.gpu_milli
@@ -276,7 +275,7 @@ class FgdPolicy(PlacementPolicy):
                     before, self._measure(model, cpu_after, memory_after, after_sorted)
                 )
                 rank = self._device_rank(room, milli)
-                device = read.index(room)
+                device = free.index(room)
                 if (
                     best_device < 0
                     or rank < best_rank

@@ -36,7 +36,7 @@ class GpuClusteringPolicy(PlacementPolicy):
             return 0.0, devices
         tags = state.affinity[node]
         quarter = MAX_NODE_SCORE // 4
-        fill = quarter * (self._max_gpu - sum(state.device_free[node])) // self._max_gpu
+        fill = quarter * (self._max_gpu - sum(state.free_parts(node))) // self._max_gpu
         if tags.get(affinity_tag(shape), 0):
             tier = 3 * quarter if len(tags) == 1 else 2 * quarter
         else:

@@ -18,7 +18,7 @@ class GpuPackingPolicy(PlacementPolicy):
     """Prefer already shared devices, then free devices of a used node, then an empty node."""
 
     def score(self, state: Capacity, node: int, shape: PodShape) -> Scored | None:
-        free = state.device_free[node]
+        free = state.free_parts(node)
         full = sum(1 for f in free if f == MILLI_PER_GPU)
         devices = tightest(state, node, shape)
         if full == len(free):
