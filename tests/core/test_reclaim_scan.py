@@ -13,13 +13,14 @@ from __future__ import annotations
 from typing import Any, cast
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 
 from gpupool.core.actions import reclaim
 from gpupool.core.actions.victims import Attempt, VictimUnit, evict_to_place
 from gpupool.core.context import CycleContext
 from gpupool.core.cycle import run_cycle
 from gpupool.core.model import Snapshot
+from gpupool.core.policies import canonical_name
 from gpupool.core.records import WorkRecord, WorkState
 
 from .helpers import check_decisions, node, project, pure_core_only, running, snapshot, train
@@ -97,6 +98,9 @@ class _Forgetful(set[int]):
 @_RANDOM_CLUSTERS
 @given(snapshots())
 def test_passing_over_turned_down_projects_decides_the_same(s: Snapshot) -> None:
+    # `random` chooses by a pick that advances with every node it is asked about, and asking
+    # about every unit asks it more often: its later choices then differ by design.
+    assume(canonical_name(s.settings.placement) != "random")
     shortened = run_cycle(s)
     check_decisions(s, shortened)
 

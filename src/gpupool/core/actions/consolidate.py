@@ -151,7 +151,12 @@ def _place_with_moves(
             return False
         attempt = Statement(session, parent=statement)
         changed: list[tuple[WorkRecord, TaskAlloc, TaskAlloc]] = []
-        _try_slot(ctx, attempt, work, task, best[1], movers, len(moves), changed)
+        if _try_slot(ctx, attempt, work, task, best[1], movers, len(moves), changed) is None:
+            # The best slot, tried again to be kept, did not work out this time: a policy that
+            # chooses at random (`random`) may choose otherwise on the second try. The task
+            # is then not placed, and the gang does not start (G9), rather than start short.
+            attempt.rollback()
+            return False
         attempt.commit()
         target = session.nodes[best[1][0]].name
         for mover, old, new in changed:
