@@ -4,9 +4,11 @@ A cycle at 10,000 nodes allocates a few hundred thousand short-lived objects on 
 snapshot of about as many long-lived ones; the collector's full passes then walk the whole
 snapshot several times per cycle (about a fifth of the cycle's CPU time, measured with
 `benchmarks/cycle.py --gc on|off`). Nothing the cycle makes outlives it in a reference cycle
-that matters, so the collector is paused for the cycle and resumes after it; reference
-counting frees almost everything meanwhile. The core itself stays free of global state: only
-drivers (the server loop, the simulator, the benchmark) pause the collector.
+(`tests/core/test_cycle_garbage.py`), so the collector is paused for the cycle and resumes
+after it; reference counting frees the cycle's session when the cycle returns. (Until
+2026-11-28 it did not: the placer and its policy view referred to each other, which kept each
+cycle's whole session for the collector's next pass.) The core itself stays free of global
+state: only drivers (the server loop, the simulator, the benchmark) pause the collector.
 """
 
 from __future__ import annotations

@@ -7,14 +7,21 @@ session's used counts when a policy asks, with the devices new work may not use 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container
-
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.core.policies.base import Capacity, PackNode
-from gpupool.core.session import UNTRACKED, Session
+from gpupool.core.session import UNTRACKED, Session, WorkRecord
 
-PinnedDevices = Callable[[int], set[int]]
-"""The devices of a node kept from new placements now (empty set for none)."""
+Pins = dict[int, list[tuple[WorkRecord, int, int]]]
+"""Per node, the burst devices kept from new placements: (work, task, device) of each dynamic
+fraction whose idle burst device is pinned there (`Placer._pin_burst_devices`)."""
+
+
+def pinned_devices(pins: Pins, node: int) -> set[int]:
+    """Devices of `node` that pinned burst tasks still run on (an eviction frees them)."""
+    held = pins.get(node)
+    if not held:
+        return set()
+    return {device for work, task, device in held if task in work.allocs}
 
 
 class SessionCapacity(Capacity):
@@ -25,15 +32,13 @@ class SessionCapacity(Capacity):
     read to the next while the node's version (`Session.node_version`, bumped by every change
     of its devices) stays the same: a node is read for every shape scored on it, and most reads
     find it unchanged (a list built per read cost ~1% of a cycle). Nodes that may have pinned
-    devices (`pinned_nodes`, when given, holds every node `pinned` may name devices of) are read
-    afresh."""
+    devices (in `pins`) are read afresh.
 
-    def __init__(
-        self,
-        session: Session,
-        pinned: PinnedDevices,
-        pinned_nodes: Container[int] | None = None,
-    ) -> None:
+    It holds the placer's `pins`, not the placer: a bound method of the placer here would make
+    a reference cycle that keeps the whole session alive after the cycle until the collector
+    runs."""
+
+    def __init__(self, session: Session, pins: Pins) -> None:
         super().__init__(
             [
                 PackNode(  # positional: keywords cost the compiled core twice as much here
@@ -51,16 +56,15 @@ class SessionCapacity(Capacity):
         )
         self._used = session.device_used
         self._versions = session.node_version
-        self._pinned = pinned
-        self._pinned_nodes = pinned_nodes
+        self._pins = pins
         self._free: list[tuple[int, ...]] = [()] * len(session.nodes)
         self._read_at = [-1] * len(session.nodes)
 
     def free_parts(self, node: int) -> tuple[int, ...]:
-        pinned_nodes = self._pinned_nodes
-        if pinned_nodes is None or node in pinned_nodes:
+        pins = self._pins
+        if pins and node in pins:
             free = [MILLI_PER_GPU - used for used in self._used[node]]
-            for device in self._pinned(node):
+            for device in pinned_devices(pins, node):
                 free[device] = -1
             return tuple(free)
         version = self._versions[node]

@@ -98,52 +98,71 @@ def compute_fair_shares(
         children.setdefault(project.parent, []).append(project)
 
     demand: dict[str, list[int]] = {}
-
-    def total_demand(project: Project) -> list[int]:
-        kids = children.get(project.name)
-        if kids:
-            sums = [0, 0, 0]
-            for kid in kids:
-                kid_demand = total_demand(kid)
-                for r in range(3):
-                    sums[r] += _capped(kid_demand[r], kid.limit, r)
-            demand[project.name] = sums
-        else:
-            d = leaf_demand.get(project.name, Resources())
-            demand[project.name] = [d.gpu_milli, d.cpu_milli, d.memory_mib]
-        return demand[project.name]
-
     for root in children.get(None, []):
-        total_demand(root)
+        _total_demand(root, children, leaf_demand, demand)
 
     shares: dict[str, list[int]] = {p.name: [0, 0, 0] for p in projects}
-
-    def divide_among(parent: str | None, amounts: list[int]) -> None:
-        kids = children.get(parent, [])
-        if not kids:
-            return
-        for r, field in enumerate(_RESOURCES):
-            members = [
-                _Member(
-                    quota=getattr(kid.quota, field),
-                    cap=_capped(demand[kid.name][r], kid.limit, r),
-                    weight=kid.over_quota_weight,
-                    priority=kid.priority,
-                )
-                for kid in kids
-            ]
-            for kid, share in zip(kids, _divide(amounts[r], members), strict=True):
-                shares[kid.name][r] = share
-        for kid in kids:
-            divide_among(kid.name, shares[kid.name])
-
     root_amounts = [
         capacity.gpu_milli,
         capacity.cpu_milli,
         capacity.memory_mib,
     ]
-    divide_among(None, root_amounts)
+    _divide_among(None, root_amounts, children, demand, shares)
     return {name: Resources(s[0], s[1], s[2]) for name, s in shares.items()}
+
+
+# The two walks are module functions, not closures: a nested function that calls itself is a
+# reference cycle (function -> cell -> function), which outlives the cycle with the collector
+# paused and holds what it refers to.
+
+
+def _total_demand(
+    project: Project,
+    children: dict[str | None, list[Project]],
+    leaf_demand: Mapping[str, Resources],
+    demand: dict[str, list[int]],
+) -> list[int]:
+    """`project`'s demand (a department's: its children's, each capped by its limit), stored
+    in `demand` for it and every project below it."""
+    kids = children.get(project.name)
+    if kids:
+        sums = [0, 0, 0]
+        for kid in kids:
+            kid_demand = _total_demand(kid, children, leaf_demand, demand)
+            for r in range(3):
+                sums[r] += _capped(kid_demand[r], kid.limit, r)
+        demand[project.name] = sums
+    else:
+        d = leaf_demand.get(project.name, Resources())
+        demand[project.name] = [d.gpu_milli, d.cpu_milli, d.memory_mib]
+    return demand[project.name]
+
+
+def _divide_among(
+    parent: str | None,
+    amounts: list[int],
+    children: dict[str | None, list[Project]],
+    demand: dict[str, list[int]],
+    shares: dict[str, list[int]],
+) -> None:
+    """Divide what `parent` received among its children, then theirs, into `shares`."""
+    kids = children.get(parent, [])
+    if not kids:
+        return
+    for r, field in enumerate(_RESOURCES):
+        members = [
+            _Member(
+                quota=getattr(kid.quota, field),
+                cap=_capped(demand[kid.name][r], kid.limit, r),
+                weight=kid.over_quota_weight,
+                priority=kid.priority,
+            )
+            for kid in kids
+        ]
+        for kid, share in zip(kids, _divide(amounts[r], members), strict=True):
+            shares[kid.name][r] = share
+    for kid in kids:
+        _divide_among(kid.name, shares[kid.name], children, demand, shares)
 
 
 def _capped(amount: int, limit: Limits, resource_index: int) -> int:

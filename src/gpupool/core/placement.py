@@ -10,10 +10,10 @@ candidate node for the task and chooses its devices there.
 from __future__ import annotations
 
 import bisect
-from typing import Any, Final
+from typing import Final
 
 from gpupool.core.candidates import RotatingPick
-from gpupool.core.capacity import SessionCapacity
+from gpupool.core.capacity import Pins, SessionCapacity, pinned_devices
 from gpupool.core.model import (
     MILLI_PER_GPU,
     GpuRequestKind,
@@ -22,7 +22,7 @@ from gpupool.core.model import (
 )
 from gpupool.core.policies import create_policy
 from gpupool.core.policies.base import PodShape, PolicyContext, Scored, TypicalShape
-from gpupool.core.session import Session, TaskAlloc, WorkRecord, task_alloc
+from gpupool.core.session import Session, TaskAlloc, task_alloc
 
 # Enum members as module globals: reading one from its class costs ten times as much in
 # Python 3.11, and a search reads them for every task placed.
@@ -30,8 +30,16 @@ _WHOLE: Final = GpuRequestKind.WHOLE
 _FRACTION: Final = GpuRequestKind.FRACTION
 _MEMORY: Final = GpuRequestKind.MEMORY
 
-_UNSCORED: Final[Any] = object()
-"""What `Placer._scores` answers for a shape not scored yet on a node."""
+
+class _ShapeScores:
+    """One shape's score on each node (None: does not fit), valid while the node's version
+    (`Session.node_version`) is its `scored_at`: two flat lists, so that a candidate's memo is
+    two list reads rather than a dict lookup (compiled, a boxed key hashed per candidate)."""
+
+    def __init__(self, nodes: int) -> None:
+        self.scores: list[Scored | None] = [None] * nodes
+        self.scored_at: list[int] = [-1] * nodes
+
 
 NodeSelector = tuple[tuple[str, tuple[str, ...]], ...]
 
@@ -60,24 +68,22 @@ class Placer:
         self._repelling_taints: dict[
             tuple[NodeSelector, tuple[Toleration, ...]], tuple[int, tuple[str, ...]]
         ] = {}
-        self._pins: dict[int, list[tuple[WorkRecord, int, int]]] = {}
+        self._pins: Pins = {}
         self._pin_burst_devices()
         self._shapes: dict[tuple[int, int, int, int, int], PodShape] = {}
         models: dict[str | None, int] = {}
         self._model_of = [models.setdefault(n.gpu_model, len(models)) for n in session.nodes]
         self._models_allowed: dict[frozenset[int] | None, int] = {None: len(models)}
-        self._scores: list[dict[object, Scored | None]] = [{} for _ in session.nodes]
-        """Per node, the policy's score by shape (`id` of a `PodShape` from `_shapes`, which
-        keeps them all for the cycle), valid while the node's version is `_scored_at[node]`.
-        A policy scores a node from that node's own state alone (`policies.base`), so a node
-        nothing changed on since scores the same: most candidates of one search are scored
-        again by the next."""
-        self._scored_at = [0] * len(session.nodes)
+        self._memos: dict[int, _ShapeScores] = {}
+        """Per shape (`id` of a `PodShape` from `_shapes`, which keeps them all for the cycle),
+        the policy's score of each node it was asked about. A policy scores a node from that
+        node's own state alone (`policies.base`), so a node nothing changed on since scores
+        the same: most candidates of one search were scored by an earlier one."""
         self._marks = [0] * len(session.nodes)
         self._stamp = 0
         """`_marks[node] == _stamp`: the node is already among the current search's candidates
         (`_shared_candidates` starts a search with a new stamp)."""
-        self.capacity = SessionCapacity(session, self._pinned_now, self._pins)
+        self.capacity = SessionCapacity(session, self._pins)
         self._pick = RotatingPick(session.snapshot.now_s)
         self.policy = create_policy(
             session.settings.placement,
@@ -181,12 +187,9 @@ class Placer:
                     continue
                 self._pins.setdefault(alloc.node, []).append((work, task, alloc.burst_device))
 
-    def _pinned_now(self, node: int) -> set[int]:
-        return self._pinned(node) if node in self._pins else set()
-
     def _pinned(self, node: int) -> set[int]:
         """Devices of `node` that pinned burst tasks still run on."""
-        return {device for work, task, device in self._pins[node] if task in work.allocs}
+        return pinned_devices(self._pins, node)
 
     def _node_fits(
         self,
@@ -283,29 +286,29 @@ class Placer:
             candidates = candidates[first:] + candidates[:first]
         per_node = request.kind is _MEMORY
         shape = self._shape(workload, 0)
-        shape_id: object = id(shape)  # boxed once here, not at every memo lookup
+        memo = self._memo(shape)  # one lookup per search, not per candidate
+        scores = memo.scores
+        scored_at = memo.scored_at
         shared = request.is_shared
         # the best so far as plain locals, not a tuple read back for every candidate
         best_score = 0.0
         best_node = -1
         best_devices: tuple[int, ...] = ()
         best_shape = shape
-        scores = self._scores
-        scored_at = self._scored_at
         versions = self.session.node_version
         for node in candidates:
             # the candidates fit (devices, CPU, memory, selector): only the score is asked for
             if per_node:
                 shape = self._shape(workload, node)
-                shape_id = id(shape)
-            memo = scores[node]
+                memo = self._memo(shape)
+                scores = memo.scores
+                scored_at = memo.scored_at
             version = versions[node]
-            if scored_at[node] != version:
-                memo.clear()
+            if scored_at[node] == version:
+                scored = scores[node]
+            else:
+                scored = scores[node] = policy.score(view, node, shape)
                 scored_at[node] = version
-            scored = memo.get(shape_id, _UNSCORED)
-            if scored is _UNSCORED:
-                scored = memo[shape_id] = policy.score(view, node, shape)
             if scored is None:
                 continue
             score: float = scored[0]  # unboxed once: the comparisons below are on C doubles
@@ -323,6 +326,12 @@ class Placer:
         if best_node < 0:
             return None
         return best_score, best_node, best_devices, best_shape
+
+    def _memo(self, shape: PodShape) -> _ShapeScores:
+        memo = self._memos.get(id(shape))
+        if memo is None:
+            memo = self._memos[id(shape)] = _ShapeScores(len(self.session.nodes))
+        return memo
 
     def _shape(self, workload: Workload, node: int) -> PodShape:
         """The task as a policy sees it on `node` (a memory request's share depends on the
