@@ -191,12 +191,13 @@ class FgdPolicy(PlacementPolicy):
         and memory only as whether each shape's fits (free >= need), which the number of cuts
         at or below the free amount tells; nodes that differ in free CPU or memory alone then
         share a memo entry."""
-        self._before: dict[int, tuple[tuple[int, ...], int, int, tuple[int, ...], float]] = {}
-        """Per node, the state it was last scored in (free parts as read, free CPU, free
-        memory), its free parts sorted and its measure: a node is scored for several shapes in
-        one state (7 of 10 scores in a 1,000-node cycle), each of which needs the measure before
-        the pod. Checked by value, so it holds for any `Capacity` (a node's free parts read
-        afresh compare equal to the tuple kept while they are the same)."""
+        self._before: list[tuple[tuple[int, ...], int, int, tuple[int, ...], float] | None] = []
+        """Per node (a list grown to the highest node asked about), the state it was last
+        scored in (free parts as read, free CPU, free memory), its free parts sorted and its
+        measure: a node is scored for several shapes in one state (7 of 10 scores in a
+        1,000-node cycle), each of which needs the measure before the pod. Checked by value,
+        so it holds for any `Capacity` (a node's free parts read afresh compare equal to the
+        tuple kept while they are the same)."""
 
     def fragmentation(
         self, model: str | None, cpu_free: int, memory_free: int, free: Sequence[int]
@@ -229,7 +230,10 @@ class FgdPolicy(PlacementPolicy):
         cpu = state.cpu_free[node]
         memory = state.memory_free[node]
         free = state.free_parts(node)
-        last = self._before.get(node)
+        kept = self._before
+        if node >= len(kept):
+            kept.extend([None] * (node + 1 - len(kept)))
+        last = kept[node]
         if (
             last is not None
             and last[1] == cpu
@@ -243,7 +247,7 @@ class FgdPolicy(PlacementPolicy):
             # `self._measure(...)` at each call, not a local: compiled, that is a direct call
             # with machine integers; a bound method would box every argument
             before = self._measure(model, cpu, memory, free_sorted)
-            self._before[node] = (free, cpu, memory, free_sorted, before)
+            kept[node] = (free, cpu, memory, free_sorted, before)
         cpu_after = cpu - shape.cpu_milli
         memory_after = memory - shape.memory_mib
         milli = shape.gpu_milli
@@ -265,17 +269,20 @@ class FgdPolicy(PlacementPolicy):
                 to = at
                 while to and free_sorted[to - 1] >= left:
                     to -= 1
-                after_sorted = (
-                    *free_sorted[:to],
-                    left,
-                    *free_sorted[to:at],
-                    *free_sorted[at + 1 :],
-                )
+                after = list(free_sorted)  # the parts from `to` up by one, over `at`
+                k = at
+                while k > to:
+                    after[k] = after[k - 1]
+                    k -= 1
+                after[to] = left
+                after_sorted = tuple(after)
                 value = fgd_node_score(
                     before, self._measure(model, cpu_after, memory_after, after_sorted)
                 )
                 rank = self._device_rank(room, milli)
-                device = free.index(room)
+                device = 0  # `free.index(room)`, which compiled is a method call by name
+                while free[device] != room:
+                    device += 1
                 if (
                     best_device < 0
                     or rank < best_rank
