@@ -75,12 +75,7 @@ def gang_to_start(work: WorkRecord) -> int:
     a method: consolidate, reclaim and preempt ask it of every pending workload."""
     if work.allocs:
         return 0
-    spec = work.spec
-    tasks = spec.tasks
-    gang = spec.min_available
-    if gang is None:  # the common case, without building a range
-        return tasks if tasks > 0 else 0
-    return len(range(tasks)[:gang])
+    return work.gang
 
 
 LimitLevel = tuple[int, tuple[tuple[int, int], ...]]

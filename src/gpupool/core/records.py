@@ -8,6 +8,11 @@ from typing import Final, NamedTuple
 
 from gpupool.core.model import Project, Workload, WorkloadType
 
+ShapeKey = tuple[object, ...]
+"""What makes two pending workloads alike for placement: GPU kind and amount, gang size, CPU
+and memory per task, node selector, tolerations (and the project, for a GPU-memory request:
+`Session.shape_id`). A cycle interns each to a small integer id."""
+
 UNTRACKED: Final = 1 << 62
 """Free CPU or memory of a node that does not declare it: never the bottleneck."""
 
@@ -78,11 +83,12 @@ class WorkRecord:
 
     __slots__ = (
         "allocs",
+        "gang",
         "index",
         "preemptible",
         "priority",
         "project",
-        "shape_key",
+        "shape",
         "spec",
         "started_this_cycle",
         "state",
@@ -104,10 +110,18 @@ class WorkRecord:
         self.allocs: dict[int, TaskAlloc] = NO_ALLOCS
         self.state = _PENDING
         self.started_this_cycle = False
-        self.shape_key: tuple[object, ...] | None = None
-        """With nothing placed: its shape key (`actions.allocate.shape_key`), made once a cycle
-        and read by allocate, reclaim and preempt. On the record rather than in a dict by
-        work index: no lookup, and no boxed index, per read."""
+        tasks = spec.tasks
+        at_least = spec.min_available
+        self.gang = (
+            (tasks if tasks > 0 else 0) if at_least is None else len(range(tasks)[:at_least])
+        )
+        """How many tasks must start together while nothing of it is placed (`gang_to_start`):
+        on the record, so that the passes over the waiting work read the record alone, not its
+        spec (at 100,000 workloads every object read is a cache miss)."""
+        self.shape = -1
+        """With nothing placed: the id of its shape (`Session.shape_id`; -1 until asked),
+        read by allocate, reclaim and preempt for their failed-shape caches. An id rather than
+        the key: a small integer to look up, and no tuple per workload kept for the cycle."""
 
     @property
     def name(self) -> str:

@@ -28,6 +28,7 @@ from gpupool.core.records import NEW_TUPLE as NEW_TUPLE
 from gpupool.core.records import NO_ALLOCS as _NO_ALLOCS
 from gpupool.core.records import UNTRACKED as UNTRACKED
 from gpupool.core.records import ProjectRecord as ProjectRecord
+from gpupool.core.records import ShapeKey as ShapeKey
 from gpupool.core.records import Sums
 from gpupool.core.records import TaskAlloc as TaskAlloc
 from gpupool.core.records import WorkRecord as WorkRecord
@@ -43,6 +44,25 @@ _WHOLE: Final = GpuRequestKind.WHOLE
 _FRACTION: Final = GpuRequestKind.FRACTION
 """Enum members by module name: in Python 3.11 reading one from its class costs ten times a
 global, and hashing a member runs Python code."""
+
+
+def _shape_key(spec: Workload, gang: int, project: int) -> ShapeKey:
+    """`Session.shape_id`'s key: a GPU-memory request's charge, hence whether its project's
+    headroom admits it, depends on the device, so its shape is its project's alone."""
+    gpu = spec.gpu
+    kind = gpu.kind
+    # The kind as a number: hashing an enum member runs Python code.
+    code = 0 if kind is _WHOLE else 1 if kind is _FRACTION else 2
+    key = (
+        code,
+        gpu.amount,
+        gang,
+        spec.cpu_milli,
+        spec.memory_mib,
+        spec.node_selector,
+        spec.tolerations,
+    )
+    return key if code != 2 else (*key, project)
 
 
 class Session:
@@ -105,12 +125,50 @@ class Session:
         self.pending_shapes: dict[tuple[int, int], Sums] = {}
         """Per (GPUs per task, milli per GPU): the tasks of the work pending when the cycle
         starts (`candidates.typical_of`; GPU left at 0)."""
+        self.shape_keys: list[ShapeKey] = []
+        """Shape id -> its key (`shape_id`)."""
+        self._shape_ids: dict[ShapeKey, int] = {}
+        self._reduced: list[int] = []
+        """Shape id -> the id of its key less CPU and memory (`reduced_shape`; -1 until asked)."""
+        self._reduced_ids: dict[ShapeKey, int] = {}
         self._build_works(snapshot.workloads)
 
     @functools.cached_property
     def work_index(self) -> dict[str, int]:
         """Workload name -> index in `works`; built when first asked for (the cycle does not)."""
         return {work.spec.name: work.index for work in self.works}
+
+    # --- shapes ---------------------------------------------------------------------------
+
+    def shape_id(self, work: WorkRecord) -> int:
+        """The id of the shape of `work` with nothing placed (its gang fixed by its spec), the
+        same for every workload of the cycle with an equal key: allocate, reclaim and preempt
+        remember failures by it. Made while the session is built for the work pending then."""
+        shape = work.shape
+        if shape < 0:
+            shape = work.shape = self._intern(_shape_key(work.spec, work.gang, work.project))
+        return shape
+
+    def _intern(self, key: ShapeKey) -> int:
+        shape = self._shape_ids.get(key)
+        if shape is None:
+            shape = self._shape_ids[key] = len(self.shape_keys)
+            self.shape_keys.append(key)
+            self._reduced.append(-1)
+        return shape
+
+    def reduced_shape(self, shape: int) -> int:
+        """The id of shape `shape` less its CPU and memory per task (reclaim compares shapes by
+        the rest first), in a space of its own."""
+        reduced = self._reduced[shape]
+        if reduced < 0:
+            key = self.shape_keys[shape]
+            less = key[:3] + key[5:]
+            found = self._reduced_ids.get(less)
+            if found is None:
+                found = self._reduced_ids[less] = len(self._reduced_ids)
+            reduced = self._reduced[shape] = found
+        return reduced
 
     # --- building -------------------------------------------------------------------------
 
@@ -223,6 +281,7 @@ class Session:
                     burstable[index] = None
             else:
                 left = tasks
+                record.shape = self._intern(_shape_key(spec, record.gang, project))
                 key = (gpu.amount, MILLI_PER_GPU) if kind is whole else (1, task_milli)
                 shape = pending_shapes.get(key)
                 if shape is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import operator
-from typing import Final, cast
+from typing import Final
 
 from gpupool.core.context import GPU, CycleContext
 from gpupool.core.model import GpuRequestKind
@@ -25,42 +25,9 @@ _MEMORY: Final = GpuRequestKind.MEMORY
 _PENDING: Final = WorkState.PENDING
 _RUNNING: Final = WorkState.RUNNING
 
-ShapeKey = tuple[object, ...]
-
 _FITS: Final = "fits in idle capacity"
 _ONE_TASK = [0]
 """The gang of a one-task workload, for the pending reason (read, never changed)."""
-
-
-def shape_key(work: WorkRecord, gang_size: int) -> ShapeKey:
-    spec = work.spec
-    kind = spec.gpu.kind
-    return (
-        # The kind as a number: the key is hashed at every lookup, and hashing an enum member
-        # runs Python code.
-        0 if kind is _WHOLE else 1 if kind is _FRACTION else 2,
-        spec.gpu.amount,
-        gang_size,
-        spec.cpu_milli,
-        spec.memory_mib,
-        spec.node_selector,
-        spec.tolerations,
-    )
-
-
-def without_cpu_memory(key: ShapeKey) -> ShapeKey:
-    """`key` less the CPU and memory per task (its fourth and fifth items, as `shape_key`
-    builds it and `allocate` inlines it): what reclaim compares shapes by before those two."""
-    return key[:3] + key[5:]
-
-
-def pending_shape_key(ctx: CycleContext, work: WorkRecord, gang_size: int) -> ShapeKey:
-    """`shape_key` of a work with nothing placed, whose gang to start is fixed by its spec:
-    computed once a cycle."""
-    key = work.shape_key
-    if key is None:
-        key = work.shape_key = shape_key(work, gang_size)
-    return key
 
 
 _NO_SHARE: Final = float("inf")
@@ -110,12 +77,11 @@ def allocate(ctx: CycleContext) -> None:
     cursor = dict.fromkeys(queues, 0)
     heap = [(share_ratio(ctx, p), projects[p].name, p) for p in queues]
     heapq.heapify(heap)
-    failed: dict[ShapeKey, str] = {}
+    failed: dict[int, str] = {}
+    """Per shape id (`Session.shape_id`): why the first work of that shape did not fit."""
     reasons = ctx.reasons
     unlimited = [not ctx.limit_levels(p) for p in range(len(projects))]
     memory = _MEMORY
-    whole = _WHOLE
-    fraction = _FRACTION
     placer = ctx.placer
     session = ctx.session  # their methods called on them: a bound method is a boxed call compiled
     while heap:
@@ -130,39 +96,27 @@ def allocate(ctx: CycleContext) -> None:
         while True:
             # The project's queue in a row for as long as its work is answered from the failed
             # shapes: nothing changes then, so its share ratio neither, and it stays first.
+            # Only the record is read until the work is tried (its spec is another object,
+            # and in a long queue every object read is a cache miss).
             work = queue[position]
             position += 1
             more = position < end
-            spec = work.spec
             if work.allocs:
                 break
             # Inline: nothing placed yet, so `try_allocate` would check the policy (where one
             # could hold it back) and then ask the failed-shape cache.
-            tasks = spec.tasks
-            gang = spec.min_available
-            gang = (tasks if tasks > 0 else 0) if gang is None else len(range(tasks)[:gang])
+            gang = work.gang
             if not gang:
                 break
-            key = work.shape_key
-            request = spec.gpu
-            kind = request.kind
-            if key is None:  # `shape_key(work, gang)`, inline: every pending work is here
-                key = work.shape_key = (
-                    0 if kind is whole else 1 if kind is fraction else 2,
-                    request.amount,
-                    gang,
-                    spec.cpu_milli,
-                    spec.memory_mib,
-                    spec.node_selector,
-                    spec.tolerations,
-                )
-            if kind is memory:
-                key = (*key, project)
+            key = work.shape
+            if key < 0:
+                key = session.shape_id(work)
             cached = failed.get(key)
             common = work.preemptible and unlimited[project]
             """No policy that could hold it back (the common case)."""
             if cached is None:
-                single = common and tasks == 1 and kind is not memory
+                spec = work.spec
+                single = common and spec.tasks == 1 and spec.gpu.kind is not memory
                 break
             if common:
                 reasons[work.index] = cached
@@ -186,10 +140,10 @@ def allocate(ctx: CycleContext) -> None:
             # task, nothing placed, no policy that could hold it back, an exact GPU charge
             # (no headroom to pass, nothing to check after placing), a shape not failed yet.
             # A single placement needs no statement: it is the only change, made or not.
-            alloc = placer.find(spec, 0, None, None)
+            alloc = placer.find(work.spec, 0, None, None)
             if alloc is None:
                 reason = ctx.capacity_reason(work, _ONE_TASK)
-                reasons[work.index] = failed[cast(ShapeKey, key)] = reason  # set when `single`
+                reasons[work.index] = failed[key] = reason  # `key` is set when `single`
             else:
                 session._add_alloc(work, alloc)
                 ctx.mark_started(work, _FITS)
@@ -204,7 +158,7 @@ def allocate(ctx: CycleContext) -> None:
             heapq.heappop(heap)
 
 
-def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[ShapeKey, str]) -> bool:
+def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[int, str]) -> bool:
     gang, extras = ctx.tasks_to_start(work)
     if not gang:
         if extras:
@@ -216,13 +170,10 @@ def try_allocate(ctx: CycleContext, work: WorkRecord, failed: dict[ShapeKey, str
         if ctx.quota_problem(work, ctx.ask(work, len(gang))) is not None:
             ctx.policy_blocked.add(work.index)
         return False
-    key = work.shape_key
-    if key is None:
-        key = pending_shape_key(ctx, work, len(gang))
-    if work.spec.gpu.kind is _MEMORY:
-        # Its charge, hence whether its project's headroom admits it, depends on the device:
-        # a failure says something about this project only (whose headroom only shrinks here).
-        key = (*key, work.project)
+    # A GPU-memory request's shape is its project's (`Session.shape_id`): its charge, hence
+    # whether its project's headroom admits it, depends on the device, so a failure says
+    # something about this project only (whose headroom only shrinks here).
+    key = ctx.session.shape_id(work)
     cached = failed.get(key)
     if cached is not None:
         ctx.reasons[work.index] = cached

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import operator
 
-from gpupool.core.actions.allocate import ShapeKey, pending_in_order, pending_shape_key
+from gpupool.core.actions.allocate import pending_in_order
 from gpupool.core.actions.victims import (
     Attempt,
     CountBudget,
@@ -33,7 +33,8 @@ def preempt(ctx: CycleContext) -> None:
     session = ctx.session
     budget = session.settings.max_reclaim_attempts_per_cycle
     counts = CountBudget(session.settings)
-    failed: set[tuple[int, int, ShapeKey]] = set()
+    failed: set[tuple[int, int, int]] = set()
+    """(project, priority, shape id) of the attempts that found too little to evict."""
     by_project: dict[int, tuple[list[VictimUnit], list[int]]] | None = None
     lowest: dict[int, int] = {}
     """Per project with candidates: the lowest priority among them (most pending work is at
@@ -54,7 +55,7 @@ def preempt(ctx: CycleContext) -> None:
             continue
         units, priorities = by_project[work.project]
         cut = bisect.bisect_left(priorities, work.priority)
-        key = (work.project, work.priority, pending_shape_key(ctx, work, gang_size))
+        key = (work.project, work.priority, session.shape_id(work))
         # Limits are checked once the victims are out (in `evict_to_place`): evicting the
         # project's own work lowers its holding, so a project at its limit may still preempt.
         if key in failed or ctx.quota_problem(work, ctx.ask(work, gang_size)) is not None:

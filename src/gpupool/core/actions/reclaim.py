@@ -31,12 +31,7 @@ import operator
 from collections.abc import Iterator
 from typing import Final
 
-from gpupool.core.actions.allocate import (
-    ShapeKey,
-    pending_in_order,
-    pending_shape_key,
-    without_cpu_memory,
-)
+from gpupool.core.actions.allocate import pending_in_order
 from gpupool.core.actions.reverse_claims import ReverseClaims
 from gpupool.core.actions.victim_walk import Freeable
 from gpupool.core.actions.victims import (
@@ -80,8 +75,9 @@ def reclaim(ctx: CycleContext) -> None:
     session = ctx.session
     budget = session.settings.max_reclaim_attempts_per_cycle
     counts = CountBudget(session.settings)
-    failed: dict[tuple[int, ShapeKey], list[tuple[int, int]]] = {}
-    """Per project and shape less its CPU and memory per task: those of the failed attempts."""
+    failed: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    """Per project and shape less its CPU and memory per task (`Session.reduced_shape`): those
+    of the failed attempts."""
     failed_projects: set[int] = set()
     """The projects with an entry in `failed`: the others' work needs no shape looked up."""
     victims: list[VictimUnit] | None = None
@@ -127,13 +123,10 @@ def reclaim(ctx: CycleContext) -> None:
         spec = work.spec
         key = None
         if project in failed_projects:
-            shape = work.shape_key
-            if shape is None:
-                shape = pending_shape_key(ctx, work, gang_size)
             # A shape that failed for the project fails again, and so does one that needs as
             # much GPU and at least as much CPU and memory per task: the same victims, less
             # room.
-            key = (project, without_cpu_memory(shape))
+            key = (project, session.reduced_shape(session.shape_id(work)))
             needs = failed.get(key)
             if needs is not None and _dominated(needs, spec.cpu_milli, spec.memory_mib):
                 continue
@@ -166,7 +159,7 @@ def reclaim(ctx: CycleContext) -> None:
             ctx.place_extras(work, extras)
         else:
             if key is None:
-                key = (project, without_cpu_memory(pending_shape_key(ctx, work, gang_size)))
+                key = (project, session.reduced_shape(session.shape_id(work)))
             # Short of devices with every victim it could count: the shape fails with any CPU
             # and memory (recorded as needing none).
             failed.setdefault(key, []).append(
