@@ -92,6 +92,7 @@ class WorkRecord:
         "spec",
         "started_this_cycle",
         "state",
+        "submit_seq",
         "task_gpu_milli",
     )
 
@@ -105,6 +106,8 @@ class WorkRecord:
         self.priority = defaults[0] if priority is None else priority
         preemptible = spec.preemptible
         self.preemptible = defaults[1] if preemptible is None else preemptible
+        self.submit_seq = spec.submit_seq
+        """The spec's, on the record: allocate sorts every queue by it."""
         self.task_gpu_milli = task_gpu_milli
         """Per-task GPU charge; a memory request is estimated on the largest device."""
         self.allocs: dict[int, TaskAlloc] = NO_ALLOCS

@@ -42,7 +42,7 @@ def share_ratio(ctx: CycleContext, project: int) -> float:
     return record.holding[GPU] / share
 
 
-_submit_seq = operator.attrgetter("spec.submit_seq")
+_submit_seq = operator.attrgetter("submit_seq")
 _priority = operator.attrgetter("priority")
 
 
@@ -212,6 +212,6 @@ def pending_in_order(ctx: CycleContext) -> list[WorkRecord]:
             if w.state is pending_state and w.index not in blocked
         ]
         if len(projects) > 1:
-            waiting.sort(key=lambda w: (-w.priority, w.spec.submit_seq, w.index))
+            waiting.sort(key=lambda w: (-w.priority, w.submit_seq, w.index))
         pending.extend(waiting)
     return pending
