@@ -96,7 +96,10 @@ class CycleContext:
         self.moves: list[Move] = []
         self.pack_moves: list[Move] = []
         self.spread_moves: list[Move] = []
-        self.reasons: dict[int, str] = {}
+        self.reasons: list[str | None] = [None] * len(session.works)
+        """Per work index, why it waits (None: no reason yet). A list rather than a dict by
+        index: most of a long queue gets a reason, and a list is set by a machine integer,
+        where a dict boxes and hashes every index."""
         self.bind_reasons: dict[int, str] = {}
         self.joined_reasons: dict[tuple[str, str], str] = {}
         """A reason with a note appended (`actions.reclaim`), by (reason, note)."""
@@ -306,7 +309,7 @@ class CycleContext:
         work.started_this_cycle = True
         self.bound[work.index] = None
         self.bind_reasons.setdefault(work.index, reason)
-        self.reasons.pop(work.index, None)
+        self.reasons[work.index] = None
 
     def add_move(self, move: Move) -> None:
         """Record a move; a task moved again in the same cycle keeps one Move, first source to

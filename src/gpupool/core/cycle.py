@@ -151,7 +151,7 @@ def _pending_reasons(ctx: CycleContext) -> dict[str, str]:
     for work in ctx.session.works:
         if work.state is running:
             continue
-        reasons[work.spec.name] = known.get(work.index) or "waiting for the next cycle"
+        reasons[work.spec.name] = known[work.index] or "waiting for the next cycle"
     return reasons
 
 

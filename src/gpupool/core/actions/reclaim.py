@@ -84,8 +84,15 @@ def reclaim(ctx: CycleContext) -> None:
     victim_projects: list[int] = []
     freeable: Freeable | None = None
     claims = ReverseClaims(ctx)
-    waits: dict[tuple[int, int, int, int], str] = {}
-    """`_explain_no_reclaim`'s note by what it says: most of a long queue gets one of a few."""
+    waits: list[dict[int, str]] = [{} for _ in session.projects]
+    """Per project, `_no_reclaim_note` by shape id (which fixes the GPU asked), for as long as
+    the project holds `waits_at[project]` (its fair share and quota are the cycle's): most of
+    a long queue gets one of a few notes."""
+    waits_at = [-1] * len(session.projects)
+    last_base: str | None = None
+    last_note = last_joined = ""
+    """The last `_joined(base, note)`, reused while the next work's are the same objects: a
+    long queue's reasons come from a few shared strings."""
     limited = [bool(ctx.limit_levels(p)) for p in range(len(session.projects))]
     projects = session.projects
     reasons = ctx.reasons
@@ -114,11 +121,22 @@ def reclaim(ctx: CycleContext) -> None:
         ask_gpu = work.task_gpu_milli * gang_size
         after = leaf.holding[GPU] + ask_gpu
         if after > leaf.fair_share[GPU] and after > leaf.spec.quota.gpu_milli:
-            said = (leaf.index, leaf.holding[GPU], ask_gpu, leaf.fair_share[GPU])
-            note = waits.get(said)
+            notes = waits[project]
+            if waits_at[project] != leaf.holding[GPU]:
+                notes.clear()
+                waits_at[project] = leaf.holding[GPU]
+            shape = session.shape_id(work)
+            note = notes.get(shape)
             if note is None:
-                note = waits[said] = _no_reclaim_note(leaf, ask_gpu)
-            _append_reason(ctx, work, note)
+                note = notes[shape] = _no_reclaim_note(leaf, ask_gpu)
+            # `_append_reason`, inline
+            index = work.index
+            base = reasons[index]
+            if base is not last_base or note is not last_note:
+                last_base = base
+                last_note = note
+                last_joined = _joined(ctx, base, note)
+            reasons[index] = last_joined
             continue
         spec = work.spec
         key = None
@@ -131,7 +149,7 @@ def reclaim(ctx: CycleContext) -> None:
             if needs is not None and _dominated(needs, spec.cpu_milli, spec.memory_mib):
                 continue
         if budget <= 0 or counts.left <= 0:
-            base = reasons.get(work.index)
+            base = reasons[work.index]
             joined = bounded.get(base)
             if joined is None:
                 joined = bounded[base] = _joined(ctx, base, _BOUNDED)
@@ -398,7 +416,7 @@ def _no_reclaim_note(leaf: ProjectRecord, ask_gpu: int) -> str:
 
 
 def _append_reason(ctx: CycleContext, work: WorkRecord, note: str) -> None:
-    ctx.reasons[work.index] = _joined(ctx, ctx.reasons.get(work.index), note)
+    ctx.reasons[work.index] = _joined(ctx, ctx.reasons[work.index], note)
 
 
 def _joined(ctx: CycleContext, base: str | None, note: str) -> str:
