@@ -106,9 +106,11 @@ def test_passing_over_turned_down_projects_decides_the_same(s: Snapshot) -> None
 
     def asking_every_unit(*args: Any) -> bool:
         # `evict_to_place(ctx, work, gang, candidates, justify, cause, attempt)`, with an
-        # attempt on the same count budget that forgets every project turned down.
+        # attempt on the same count budget and the same `Freeable` that forgets every project
+        # turned down. (Without the `Freeable` it would also count victims on nodes that could
+        # never take the task, which changes what later victims are justified by.)
         call, given = args[:6], args[6] if len(args) > 6 else None
-        forgetful = Attempt(None if given is None else given.counts)
+        forgetful = Attempt() if given is None else Attempt(given.counts, given.freeable)
         forgetful.turned_down = _Forgetful()
         started = cast(bool, cast(Any, evict_to_place)(*call, forgetful))
         if given is not None:
