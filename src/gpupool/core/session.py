@@ -197,10 +197,17 @@ class Session:
         leaf_project: dict[str, int] = {}
         held: dict[int, tuple[Sums, Sums]] = {}
         """Per project: what its running tasks hold, and what the non-preemptible ones do."""
-        node_changed: dict[int, int] = {}
-        """Node -> the last step at which its number of empty devices changed."""
-        device_changed: dict[tuple[int, int], int] = {}
-        """(node, device) -> the last step at which its use changed."""
+        node_changed = [0] * len(self.nodes)
+        """Per node: the last step at which its number of empty devices changed (0: never)."""
+        first_device: list[int] = []
+        devices = 0
+        for used in device_used:
+            first_device.append(devices)
+            devices += len(used)
+        device_changed = [0] * devices
+        """Per device, at `first_device[node] + device`: the last step at which its use
+        changed. Flat lists by position, not dicts by (node, device): the build changes tens of
+        thousands of devices, and a key tuple per change was an object made and hashed."""
         step = 0
         queues = self.queues_at_start
         missing_at_start = self.missing_at_start
@@ -250,7 +257,7 @@ class Session:
                         memory_used[device] += memory
                         if before != after:
                             step += 1
-                            device_changed[(node, device)] = step
+                            device_changed[first_device[node] + device] = step
                             if before == 0 or after == 0:
                                 node_changed[node] = step
                     cpu_free[node] -= spec.cpu_milli
@@ -315,9 +322,7 @@ class Session:
                 holding[2] += nonpreemptible.memory_mib
         self._build_indexes(node_changed, device_changed)
 
-    def _build_indexes(
-        self, node_changed: dict[int, int], device_changed: dict[tuple[int, int], int]
-    ) -> None:
+    def _build_indexes(self, node_changed: list[int], device_changed: list[int]) -> None:
         """Empty-device buckets and shared-device buckets from the devices' use: a node or
         device enters its bucket in the order of its last change (untouched nodes first, in
         node order), as `_set_device` would have moved it there."""
@@ -327,17 +332,20 @@ class Session:
         for node, used in enumerate(self.device_used):
             used_total += sum(used)
             empty_count[node] = used.count(0)
-            order.append((node_changed.get(node, 0), node))
+            order.append((node_changed[node], node))
         self.used_gpu_milli = used_total
         order.sort()
         buckets = self.nodes_by_empty
         for _step, node in order:
             buckets[empty_count[node]][node] = None
-        shared = sorted(
-            (step, node, device)
-            for (node, device), step in device_changed.items()
-            if 0 < self.device_used[node][device] < MILLI_PER_GPU
-        )
+        shared: list[tuple[int, int, int]] = []
+        at = 0
+        for node, used in enumerate(self.device_used):
+            for device in range(len(used)):
+                if 0 < used[device] < MILLI_PER_GPU:  # changed, so its step is set
+                    shared.append((device_changed[at + device], node, device))
+            at += len(used)
+        shared.sort()
         by_free = self.shared_by_free
         for _step, node, device in shared:
             free = MILLI_PER_GPU - self.device_used[node][device]
