@@ -212,6 +212,11 @@ class Session:
         queues = self.queues_at_start
         missing_at_start = self.missing_at_start
         pending_shapes = self.pending_shapes
+        by_shape: list[Sums] = []
+        """Per shape id: its pending tasks, summed into `pending_shapes` at the end (a dict
+        lookup by a key tuple per pending work was an object made and hashed per work)."""
+        by_shape_key: list[tuple[int, int]] = []
+        """Per shape id: its key in `pending_shapes` (GPUs per task, milli per GPU)."""
         for index, spec in enumerate(workloads):
             project = leaf_project.get(spec.project)
             if project is None:
@@ -288,11 +293,15 @@ class Session:
                     burstable[index] = None
             else:
                 left = tasks
-                record.shape = self._intern(_shape_key(spec, record.gang, project))
-                key = (gpu.amount, MILLI_PER_GPU) if kind is whole else (1, task_milli)
-                shape = pending_shapes.get(key)
-                if shape is None:
-                    shape = pending_shapes[key] = Sums()
+                shape_id = record.shape = self._intern(_shape_key(spec, record.gang, project))
+                if shape_id < len(by_shape):
+                    shape = by_shape[shape_id]
+                else:  # a new shape (ids are made in order)
+                    shape = Sums()
+                    by_shape.append(shape)
+                    by_shape_key.append(
+                        (gpu.amount, MILLI_PER_GPU) if kind is whole else (1, task_milli)
+                    )
                 shape.tasks += tasks
                 shape.cpu_milli += spec.cpu_milli * tasks
                 shape.memory_mib += spec.memory_mib * tasks
@@ -309,6 +318,14 @@ class Session:
                 missing.gpu_milli += task_milli * left
                 missing.cpu_milli += spec.cpu_milli * left
                 missing.memory_mib += spec.memory_mib * left
+        for shape_id, of_shape in enumerate(by_shape):
+            merged = pending_shapes.get(by_shape_key[shape_id])
+            if merged is None:
+                pending_shapes[by_shape_key[shape_id]] = of_shape
+            else:
+                merged.tasks += of_shape.tasks
+                merged.cpu_milli += of_shape.cpu_milli
+                merged.memory_mib += of_shape.memory_mib
         for project, (everything, nonpreemptible) in held.items():
             for p in projects[project].ancestors:
                 holder = projects[p]
