@@ -167,10 +167,9 @@ class CycleContext:
         """(gang tasks that must start together, elastic extras that start when they fit)."""
         if work.allocs:
             return [], work.missing_tasks
-        spec = work.spec
-        missing = list(range(spec.tasks))
-        gang = spec.min_available
-        if gang is None:  # the common case: every task, and no list sliced twice
+        missing = list(range(work.spec.tasks))
+        gang = work.gang  # `WorkRecord.gang`: the one rule for how many start together
+        if gang == len(missing):  # the common case: every task, and no list sliced twice
             return missing, []
         return missing[:gang], missing[gang:]
 

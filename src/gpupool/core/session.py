@@ -293,7 +293,7 @@ class Session:
                     burstable[index] = None
             else:
                 left = tasks
-                shape_id = record.shape = self._intern(_shape_key(spec, record.gang, project))
+                shape_id = self.shape_id(record)
                 if shape_id < len(by_shape):
                     shape = by_shape[shape_id]
                 else:  # a new shape (ids are made in order)
