@@ -45,7 +45,7 @@ from gpupool.server.launches import Launches
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.quarantine import describe
 from gpupool.server.services import cluster
-from gpupool.server.snapshot import BuiltSnapshot, build_snapshot
+from gpupool.server.snapshot import BuiltSnapshot, SnapshotCache, build_snapshot
 
 _MAX_REST_S = 0.5
 
@@ -99,6 +99,9 @@ class SchedulingLoop:
         self._announce = announce or (lambda message: None)
         self._launches = Launches(writer, executor, clock, self._announce)
         self._backoff = Backoff()
+        self._snapshot_cache = SnapshotCache()
+        """What the last snapshot made of each row (`SnapshotCache`): most rows read the same
+        from one cycle to the next."""
         self.last_iteration_s: float | None = None
         """When (clock time) the last iteration completed: what `/ready` looks at."""
         self.last_error: str | None = None
@@ -278,7 +281,7 @@ class SchedulingLoop:
         began = time.perf_counter()
         now = self._clock.now_s()
         with self._reader() as session, session.begin():
-            built = build_snapshot(session, now, self._settings)
+            built = build_snapshot(session, now, self._settings, self._snapshot_cache)
         # A workload whose row or decisions break a step is failed; the others go on.
         with collector_paused():
             result, snapshot, culprits = isolation.run_isolated(built.snapshot, run_cycle)
