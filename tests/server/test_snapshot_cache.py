@@ -50,9 +50,7 @@ def test_unchanged_rows_give_the_same_objects_and_a_changed_row_a_new_one(
     # A change no write path announces (no version bump) is still read: the cache compares
     # the values read, not the row's version.
     with harness.writer.begin() as session:
-        session.execute(
-            update(WorkloadRow).where(WorkloadRow.name == "waits").values(priority=77)
-        )
+        session.execute(update(WorkloadRow).where(WorkloadRow.name == "waits").values(priority=77))
     third, fresh = _both(harness, cache)
     _same(third, fresh)
     [waits] = [w for w in third.snapshot.workloads if w.name.endswith("/waits")]
