@@ -7,7 +7,8 @@
 that snapshot from its database and afterwards writes the decisions: this seeds a fresh SQLite
 database (in a temporary directory) with the same synthetic cluster (`cycle_bench.workload`,
 the same seed), then runs `--cycles` cycles as the loop does, each on what the last one wrote:
-`build_snapshot` with the loop's `SnapshotCache`, `run_cycle`, `persist.write`. Each cycle
+`build_snapshot` with the loop's `SnapshotCache`, `run_cycle`, `persist.write` with its
+`ReasonLedger`. Each cycle
 also builds the snapshot once without the cache (the peer: every row made anew) and checks
 that both are equal. CPU ms per step, the collector paused as the loop
 pauses it for the core. Cycle 1 is the burst (every row new to the cache); the later ones are
@@ -138,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         writer, reader = make_sessionmakers(engine)
         cache = SnapshotCache()
+        ledger = persist.ReasonLedger()
         header = f"{'cycle':>5} {'snapshot':>9} {'cached':>8} {'ratio':>6} {'core':>7} "
         print(header + f"{'write':>7} {'total':>7} {'binds':>6}")
         status = 0
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                 t2 = clock()
                 result = run_cycle(built.snapshot)
                 t3 = clock()
-                counts = persist.write(writer, built, result, now)
+                counts = persist.write(writer, built, result, now, ledger)
                 t4 = clock()
             finally:
                 gc.enable()

@@ -1,15 +1,20 @@
-"""The loop's `SnapshotCache`: a snapshot built with it is the one built without it, whatever
-changed in between, and rows that read the same give the objects made the cycle before."""
+"""The loop's state between cycles. `SnapshotCache`: a snapshot built with it is the one built
+without it, whatever changed in between, and rows that read the same give the objects made the
+cycle before. `ReasonLedger`: a pending reason is written when what it says changes, and when
+only its numbers change, once a minute."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from test_scheduler_loop import Harness
 
+from gpupool.core.decisions import CycleResult
 from gpupool.core.model import SchedulerSettings
+from gpupool.server import persist
 from gpupool.server.db import NodeRow, TaskRow, WorkloadRow
+from gpupool.server.persist import ReasonLedger
 from gpupool.server.snapshot import BuiltSnapshot, SnapshotCache, build_snapshot
 
 
@@ -103,3 +108,65 @@ def test_a_snapshot_with_the_cache_is_the_one_without_it_cycle_after_cycle(
         harness.clock.advance(120)
         steps += 1
     assert steps == 8
+
+
+def _reason(harness: Harness, name: str) -> str | None:
+    with harness.reader() as session:
+        return session.execute(
+            select(WorkloadRow.pending_reason).where(WorkloadRow.name == name)
+        ).scalar_one()
+
+
+def _write_reason(harness: Harness, ledger: ReasonLedger | None, name: str, reason: str) -> None:
+    """One cycle's write of `reason` for `name` on a snapshot read now."""
+    with harness.reader() as session, session.begin():
+        built = build_snapshot(session, harness.clock.now_s(), SchedulerSettings())
+    [core_name] = [n for n in built.keys if n.endswith(f"/{name}")]
+    result = CycleResult(decisions=(), pending_reasons={core_name: reason}, projects=())
+    persist.write(harness.writer, built, result, harness.clock.now_s(), ledger)
+
+
+def test_a_reason_is_written_when_it_changes_and_its_numbers_once_a_minute(
+    tmp_path: Path,
+) -> None:
+    harness = Harness(tmp_path, nodes="1x4")
+    harness.project("a", 4)
+    harness.submit("a", "big", gpu=4)
+    ledger = ReasonLedger(refresh_s=60)
+    _write_reason(harness, ledger, "big", "needs 8 GPUs; 4.00 GPU idle")
+    assert _reason(harness, "big") == "needs 8 GPUs; 4.00 GPU idle"
+    harness.clock.advance(10)
+    _write_reason(harness, ledger, "big", "needs 8 GPUs; 3.50 GPU idle")  # numbers only
+    assert _reason(harness, "big") == "needs 8 GPUs; 4.00 GPU idle"
+    harness.clock.advance(10)
+    _write_reason(harness, ledger, "big", "waits for its project's quota")  # what it says
+    assert _reason(harness, "big") == "waits for its project's quota"
+    harness.clock.advance(10)
+    _write_reason(harness, ledger, "big", "needs 8 GPUs; 2.00 GPU idle")
+    assert _reason(harness, "big") == "needs 8 GPUs; 2.00 GPU idle"
+    harness.clock.advance(59)
+    _write_reason(harness, ledger, "big", "needs 8 GPUs; 1.00 GPU idle")
+    assert _reason(harness, "big") == "needs 8 GPUs; 2.00 GPU idle"
+    harness.clock.advance(1)  # a minute after it was written: the numbers are refreshed
+    _write_reason(harness, ledger, "big", "needs 8 GPUs; 1.00 GPU idle")
+    assert _reason(harness, "big") == "needs 8 GPUs; 1.00 GPU idle"
+    # Without a ledger (`persist.write`'s default) every change is written.
+    _write_reason(harness, None, "big", "needs 8 GPUs; 0.50 GPU idle")
+    assert _reason(harness, "big") == "needs 8 GPUs; 0.50 GPU idle"
+
+
+def test_a_reason_is_not_written_to_a_workload_no_longer_pending(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, nodes="1x4")
+    harness.project("a", 4)
+    harness.submit("a", "big", gpu=4)
+    with harness.reader() as session, session.begin():
+        built = build_snapshot(session, harness.clock.now_s(), SchedulerSettings())
+    before = _reason(harness, "big")
+    with harness.writer.begin() as session:  # suspended after the snapshot was read
+        session.execute(
+            update(WorkloadRow).where(WorkloadRow.name == "big").values(status="suspended")
+        )
+    [core_name] = built.keys
+    result = CycleResult(decisions=(), pending_reasons={core_name: "needs 8 GPUs"}, projects=())
+    persist.write(harness.writer, built, result, harness.clock.now_s(), ReasonLedger())
+    assert _reason(harness, "big") == before != "needs 8 GPUs"

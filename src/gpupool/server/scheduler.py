@@ -100,6 +100,9 @@ class SchedulingLoop:
         self._launches = Launches(writer, executor, clock, self._announce)
         self._backoff = Backoff()
         self._snapshot_cache = SnapshotCache()
+        self._reasons = persist.ReasonLedger()
+        """When each waiting workload's reason was last written (numbers refreshed once a
+        minute)."""
         """What the last snapshot made of each row (`SnapshotCache`): most rows read the same
         from one cycle to the next."""
         self.last_iteration_s: float | None = None
@@ -314,4 +317,4 @@ class SchedulingLoop:
     def _persist(self, built: BuiltSnapshot, result: CycleResult, now: float) -> dict[str, int]:
         """Write the cycle's decisions (`persist.write`): one seam, so that a test can change a
         workload between the snapshot and the write."""
-        return persist.write(self._writer, built, result, now)
+        return persist.write(self._writer, built, result, now, self._reasons)

@@ -112,6 +112,9 @@ class BuiltSnapshot:
     """Core workload name -> its row."""
     bad: dict[int, str] = field(default_factory=dict)
     """Workload id -> why its row cannot be scheduled (left out; the loop fails it)."""
+    reasons: dict[str, str | None] = field(default_factory=dict)
+    """Core workload name -> its stored pending reason, for the workloads pending when read:
+    the cycle writes only the reasons that changed (`persist`)."""
 
 
 NODE_STATES = ("ready", "cordoned", "notready")
@@ -142,11 +145,15 @@ _READ = (
     WorkloadRow.origin,
     cast(WorkloadRow.tolerations, Text).label("tolerations"),
     WorkloadRow.min_runtime_s,
+    WorkloadRow.pending_reason,  # last: not part of what the cache compares
 )
 """The workload columns the snapshot reads, in the order of its rows."""
 _AT = {name: at for at, name in enumerate(select(*_READ).selected_columns.keys())}
 _PROJECT_ID, _STATUS, _TASKS = _AT["project_id"], _AT["status"], _AT["tasks"]
 _MIN_AVAILABLE, _ORIGIN = _AT["min_available"], _AT["origin"]
+_REASON = len(_READ) - 1
+assert _AT["pending_reason"] == _REASON, "the pending reason is read last"
+_PENDING = WorkloadStatus.PENDING.value
 _Made = tuple[tuple[object, ...], str, tuple[TaskPlacement, ...], Workload, WorkloadKey]
 """A row's values as read, its project's name, its placements, and what was made of them."""
 _TaskKey = tuple[int, str, str, int | None]
@@ -248,13 +255,16 @@ def build_snapshot(
     workloads: list[Workload] = []
     keys: dict[str, WorkloadKey] = {}
     bad: dict[int, str] = {}
+    reasons: dict[str, str | None] = {}
     made = {} if cache is None else cache._workloads
     kept: dict[int, _Made] = {}
     for row in connection.execute(
         select(*_READ).where(WorkloadRow.status.in_(SCHEDULED)).order_by(WorkloadRow.id)
     ).all():
         # By position: a row's attribute by name costs more than the rest of a cached row.
-        values = tuple(row)
+        # The pending reason changes with every cycle's numbers: not part of what is compared.
+        read = tuple(row)
+        values = read[:_REASON]
         row_id = values[0]
         found = live.get(row_id)
         placements: tuple[TaskPlacement, ...] = ()
@@ -287,6 +297,9 @@ def build_snapshot(
             )
         kept[row_id] = (values, project, placements, workload, key)
         keys[workload.name] = key
+        if values[_STATUS] == _PENDING:
+            stored_reason = read[_REASON]
+            reasons[workload.name] = stored_reason if isinstance(stored_reason, str) else None
         workloads.append(workload)
     if cache is not None:
         cache._workloads = kept
@@ -295,6 +308,7 @@ def build_snapshot(
         Snapshot(nodes, projects, tuple(workloads), now_s=int(now_s), settings=settings),
         keys,
         bad,
+        reasons,
     )
 
 
