@@ -72,7 +72,19 @@ def test_a_snapshot_with_the_cache_is_the_one_without_it_cycle_after_cycle(
 ) -> None:
     """Binds, preemptions, completions, a task moved by hand, a node gone and a bad row: after
     each, the cached snapshot equals a fresh one."""
-    harness = Harness(tmp_path, nodes="2x4")
+    _cycle_after_cycle(Harness(tmp_path, nodes="2x4"))
+
+
+def test_the_same_on_postgresql(tmp_path: Path, postgres_url: str) -> None:
+    """PostgreSQL hands the JSON columns read as text back in its own spelling."""
+    harness = Harness(tmp_path, nodes="2x4", url=postgres_url)
+    try:
+        _cycle_after_cycle(harness)
+    finally:
+        harness.engine.dispose()
+
+
+def _cycle_after_cycle(harness: Harness) -> None:
     harness.project("a", 0)
     harness.project("b", 8)
     for i in range(4):
