@@ -6,13 +6,16 @@
 `benchmarks/cycle.py` times the core alone on a snapshot it is handed. The server first reads
 that snapshot from its database and afterwards writes the decisions: this seeds a fresh SQLite
 database (in a temporary directory) with the same synthetic cluster (`cycle_bench.workload`,
-the same seed), then runs `--cycles` cycles as the loop does, each on what the last one wrote:
-`build_snapshot` with the loop's `SnapshotCache`, `run_cycle`, `persist.write` with its
-`ReasonLedger`. Each cycle
-also builds the snapshot once without the cache (the peer: every row made anew) and checks
-that both are equal. CPU ms per step, the collector paused as the loop
-pauses it for the core. Cycle 1 is the burst (every row new to the cache); the later ones are
-a loaded server's usual cycle. Exit status 0, or 1 when the two snapshots differ.
+the same seed) and runs the scheduling loop's own `SchedulingLoop.cycle` `--cycles` times, 30
+fake seconds apart, each on what the last one wrote. Its steps are timed where the loop looks
+them up: `build_snapshot` (with the loop's `SnapshotCache`), the core (`run_cycle`, isolated),
+`persist.write` (with the loop's `ReasonLedger`); "other" is the rest of the loop's cycle
+(metrics, history) and the young collection that the loop's pause of the collector puts off
+to after the cycle. Each cycle also builds the snapshot once without the cache, untimed in the
+cycle (the peer in the same run: every row made anew), and checks that both are equal. CPU ms,
+the collector paused for the core as the loop pauses it. Cycle 1 is the burst (every row new
+to the cache); the later ones are a loaded server's usual cycle. Nothing is started: the
+loop's dispatch is not run. Exit status 0, or 1 when the two snapshots differ.
 """
 
 from __future__ import annotations
@@ -26,14 +29,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from collections.abc import Callable
+from typing import Any
+
 from cycle_bench.workload import build_snapshot as synthetic_snapshot
 from sqlalchemy import insert
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
 
-from gpupool.core.cycle import run_cycle
-from gpupool.core.model import Snapshot
+from gpupool.clock import FakeClock
+from gpupool.core.decisions import CycleResult
+from gpupool.core.model import SchedulerSettings, Snapshot
 from gpupool.corebuild import core_build
-from gpupool.server import migrate, persist
+from gpupool.executors.simulated import SimulatedExecutor
+from gpupool.server import isolation, migrate, persist, scheduler
+from gpupool.server import snapshot as snapshot_module
 from gpupool.server.db import (
     NodeRow,
     ProjectRow,
@@ -43,9 +53,12 @@ from gpupool.server.db import (
     make_sessionmakers,
     sqlite_url,
 )
-from gpupool.server.snapshot import SnapshotCache, build_snapshot
+from gpupool.server.metrics import ServerMetrics
+from gpupool.server.snapshot import BuiltSnapshot, SnapshotCache
 
 NOW_S = 1_000_000_000.0
+RunCycle = Callable[[Snapshot], CycleResult]
+Isolated = tuple[CycleResult, Snapshot, dict[str, str]]
 
 
 def seed(engine: Engine, snapshot: Snapshot) -> None:
@@ -116,6 +129,53 @@ def seed(engine: Engine, snapshot: Snapshot) -> None:
             connection.execute(insert(TaskRow), tasks)
 
 
+class _Steps:
+    """Wraps the loop's three steps where `SchedulingLoop.cycle` looks them up, timing each on
+    the process's CPU clock, and builds a fresh snapshot (untimed) beside each cached one."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, float] = {}
+        self.same = True
+        self.binds = 0
+        build, run, write = snapshot_module.build_snapshot, isolation.run_isolated, persist.write
+
+        def timed_build(session: Session, now_s: float, settings: SchedulerSettings,
+                        cache: SnapshotCache | None = None) -> BuiltSnapshot:  # fmt: skip
+            began = time.process_time()
+            fresh = build(session, now_s, settings)
+            self.ms["snapshot"] = 1000 * (time.process_time() - began)
+            began = time.process_time()
+            built = build(session, now_s, settings, cache)
+            self.ms["cached"] = 1000 * (time.process_time() - began)
+            self.same = built.snapshot == fresh.snapshot and built.keys == fresh.keys
+            return built
+
+        def timed_run(snapshot: Snapshot, run_cycle: RunCycle) -> Isolated:
+            began = time.process_time()
+            done = run(snapshot, run_cycle)
+            self.ms["core"] = 1000 * (time.process_time() - began)
+            return done
+
+        def timed_write(*args: Any) -> dict[str, int]:
+            began = time.process_time()
+            counts = write(*args)
+            self.ms["write"] = 1000 * (time.process_time() - began)
+            self.binds = counts["bind"]
+            return counts
+
+        # where `SchedulingLoop.cycle` looks them up: its module's name, the others' modules
+        self._originals = ((scheduler, "build_snapshot", scheduler.__dict__["build_snapshot"]),
+                           (isolation, "run_isolated", run), (persist, "write", write))  # fmt: skip
+        setattr(scheduler, "build_snapshot", timed_build)  # noqa: B010
+        setattr(isolation, "run_isolated", timed_run)  # noqa: B010
+        setattr(persist, "write", timed_write)  # noqa: B010
+
+    def restore(self) -> None:
+        """Put the loop's steps back (the benchmark may run inside a test process)."""
+        for module, name, original in self._originals:
+            setattr(module, name, original)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--nodes", type=int, default=1000, help="nodes of 8 GPUs (1000)")
@@ -125,55 +185,55 @@ def main(argv: list[str] | None = None) -> int:
     if args.nodes < 1 or args.cycles < 1:
         parser.error("--nodes and --cycles must be at least 1")
     synthetic = synthetic_snapshot(args.nodes, args.seed)
-    clock = time.process_time
     with tempfile.TemporaryDirectory() as data:
         engine = make_engine(sqlite_url(Path(data)))
         migrate.upgrade(engine)
-        began = clock()
+        began = time.process_time()
         seed(engine, synthetic)
         print(
             f"gpupool: the server's cycle, CPU ms, {args.nodes:,} nodes, "
-            f"{len(synthetic.workloads):,} workloads (seeded in {clock() - began:.1f} s), "
-            f"core {core_build()}, SQLite",
+            f"{len(synthetic.workloads):,} workloads (seeded in {time.process_time() - began:.1f}"
+            f" s), core {core_build()}, SQLite",
             flush=True,
         )
         writer, reader = make_sessionmakers(engine)
-        cache = SnapshotCache()
-        ledger = persist.ReasonLedger()
+        clock = FakeClock(NOW_S)
+        executor = SimulatedExecutor((), clock)  # the loop's cycle never calls it
+        loop = scheduler.SchedulingLoop(
+            writer, executor, clock, synthetic.settings, ServerMetrics(), reader=reader
+        )
+        steps = _Steps()
         header = f"{'cycle':>5} {'snapshot':>9} {'cached':>8} {'ratio':>6} {'core':>7} "
-        print(header + f"{'write':>7} {'total':>7} {'binds':>6}")
+        print(header + f"{'write':>7} {'other':>6} {'cycle':>7} {'binds':>6}")
         status = 0
-        for cycle in range(1, args.cycles + 1):
-            now = NOW_S + 30 * cycle
-            gc.collect()
-            gc.disable()
-            try:
-                t0 = clock()
-                with reader() as session, session.begin():
-                    fresh = build_snapshot(session, now, synthetic.settings)
-                t1 = clock()
-                with reader() as session, session.begin():
-                    built = build_snapshot(session, now, synthetic.settings, cache)
-                t2 = clock()
-                result = run_cycle(built.snapshot)
-                t3 = clock()
-                counts = persist.write(writer, built, result, now, ledger)
-                t4 = clock()
-            finally:
-                gc.enable()
-            if built.snapshot != fresh.snapshot or built.keys != fresh.keys:
-                print(f"cycle {cycle}: the cached snapshot differs from a fresh one")
-                status = 1
-            ms = [1000 * (b - a) for a, b in ((t0, t1), (t1, t2), (t2, t3), (t3, t4))]
-            total = ms[1] + ms[2] + ms[3]
-            print(
-                f"{cycle:>5} {ms[0]:>9,.0f} {ms[1]:>8,.0f} {ms[0] / max(ms[1], 1e-9):>5.1f}x "
-                f"{ms[2]:>7,.0f} {ms[3]:>7,.0f} {total:>7,.0f} {counts['bind']:>6,}",
-                flush=True,
-            )
+        try:
+            for cycle in range(1, args.cycles + 1):
+                clock.advance(30)
+                began = time.process_time()
+                loop.cycle()  # the collector paused for the cycle, as the loop runs it
+                # and counted: the young collection the pause put off, which the loop's next
+                # allocation starts (whatever the cycle made and kept, and its garbage cycles)
+                gc.collect(0)
+                ms = steps.ms
+                total = 1000 * (time.process_time() - began) - ms["snapshot"]
+                other = total - ms["cached"] - ms["core"] - ms["write"]
+                if not steps.same:
+                    print(f"cycle {cycle}: the cached snapshot differs from a fresh one")
+                    status = 1
+                print(
+                    f"{cycle:>5} {ms['snapshot']:>9,.0f} {ms['cached']:>8,.0f} "
+                    f"{ms['snapshot'] / max(ms['cached'], 1e-9):>5.1f}x {ms['core']:>7,.0f} "
+                    f"{ms['write']:>7,.0f} {other:>6,.0f} {total:>7,.0f} {steps.binds:>6,}",
+                    flush=True,
+                )
+        finally:
+            steps.restore()
+            engine.dispose()
         print(
-            "snapshot: built without the cache (every row made anew); cached: with the loop's "
-            "SnapshotCache;\ntotal = cached + core + write (what the loop's cycle spends)."
+            "snapshot: built without the cache (every row made anew; not counted in the cycle);"
+            "\ncached: with the loop's SnapshotCache; core: run_cycle (isolated); write: the "
+            "decisions\nand pending reasons; other: the rest of SchedulingLoop.cycle (metrics, "
+            "history) and\nthe young collection put off while the collector was paused."
         )
     return status
 

@@ -13,6 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import server_cycle
 
+from gpupool.server import isolation, persist, scheduler, snapshot
+
 
 def test_the_server_cycle_benchmark_runs_and_its_snapshots_agree(
     capsys: pytest.CaptureFixture[str],
@@ -22,3 +24,7 @@ def test_the_server_cycle_benchmark_runs_and_its_snapshots_agree(
     rows = [line.split() for line in out.splitlines() if line[:5].strip().isdigit()]
     assert [row[0] for row in rows] == ["1", "2", "3"]
     assert int(rows[0][-1].replace(",", "")) > 0, "the burst binds something"
+    # the loop's steps are its own again once the benchmark returns
+    assert scheduler.build_snapshot is snapshot.build_snapshot
+    assert persist.write.__module__ == "gpupool.server.persist"
+    assert isolation.run_isolated.__module__ == "gpupool.server.isolation"
