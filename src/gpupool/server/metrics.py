@@ -153,7 +153,10 @@ class ServerMetrics:
             self.requested.labels(project=share.name).set(share.demand.gpu_milli / 1000)
             self.fair_share.labels(project=share.name).set(share.fair_share.gpu_milli / 1000)
             self.quota.labels(project=share.name).set(share.quota.gpu_milli / 1000)
-        categories = Tally(pending_category(r) for r in result.pending_reasons.values())
+        # By distinct text first: a long queue's reasons are a few shared strings.
+        categories: Tally[str] = Tally()
+        for reason, count in Tally(result.pending_reasons.values()).items():
+            categories[pending_category(reason)] += count
         self.pending.clear()
         for category, count in categories.items():
             self.pending.labels(reason=category).set(count)
