@@ -48,6 +48,10 @@ def test_unchanged_rows_give_the_same_objects_and_a_changed_row_a_new_one(
     second, fresh = _both(harness, cache)
     _same(second, fresh)
     assert len(cache) == len(first.snapshot.workloads) == 4
+    assert all(
+        after is before
+        for before, after in zip(first.snapshot.nodes, second.snapshot.nodes, strict=True)
+    )
     for before, after in zip(first.snapshot.workloads, second.snapshot.workloads, strict=True):
         assert after is before
         for p_before, p_after in zip(before.placements, after.placements, strict=True):
@@ -97,6 +101,18 @@ def _cycle_after_cycle(harness: Harness) -> None:
         _same(*_both(harness, cache))
         if step == 1:
             harness.submit("b", "owner", gpu=4)
+        if step == 2:
+            with harness.writer.begin() as session:  # a node relabelled and tainted
+                session.execute(
+                    update(NodeRow)
+                    .where(NodeRow.name == "sim-1")
+                    .values(labels={"zone": "b"}, taints=[["gpu", "x", "NoSchedule"]])
+                )
+            cached, fresh = _both(harness, cache)
+            _same(cached, fresh)
+            assert [n.labels for n in cached.snapshot.nodes if n.name == "sim-1"] == [
+                (("zone", "b"),)
+            ]
         if step == 3:
             with harness.writer.begin() as session:  # a task's devices rewritten
                 session.execute(

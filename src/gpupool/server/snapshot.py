@@ -148,6 +148,17 @@ _READ = (
     WorkloadRow.pending_reason,  # last: not part of what the cache compares
 )
 """The workload columns the snapshot reads, in the order of its rows."""
+_NODE_READ = (
+    NodeRow.name,
+    NodeRow.gpu_count,
+    NodeRow.gpu_memory_mib,
+    NodeRow.gpu_model,
+    NodeRow.cpu_milli,
+    NodeRow.memory_mib,
+    cast(NodeRow.labels, Text).label("labels"),
+    cast(NodeRow.taints, Text).label("taints"),
+)
+"""The node columns the snapshot reads (JSON as text, parsed when the row changed)."""
 _AT = {name: at for at, name in enumerate(select(*_READ).selected_columns.keys())}
 _PROJECT_ID, _STATUS, _TASKS = _AT["project_id"], _AT["status"], _AT["tasks"]
 _MIN_AVAILABLE, _ORIGIN = _AT["min_available"], _AT["origin"]
@@ -172,11 +183,12 @@ class SnapshotCache:
     anything for the snapshot to see it. Only what the last snapshot read is kept.
     """
 
-    __slots__ = ("_placements", "_workloads")
+    __slots__ = ("_nodes", "_placements", "_workloads")
 
     def __init__(self) -> None:
         self._workloads: dict[int, _Made] = {}
         self._placements: dict[_TaskKey, TaskPlacement] = {}
+        self._nodes: dict[tuple[object, ...], Node] = {}
 
     def __len__(self) -> int:
         return len(self._workloads)
@@ -190,21 +202,21 @@ def build_snapshot(
 ) -> BuiltSnapshot:
     """The snapshot of what the database holds now. With `cache` (the loop's, kept between
     cycles), rows that read as in the last snapshot give the objects made then."""
-    nodes = tuple(
-        Node(
-            name=row.name,
-            gpu_count=row.gpu_count,
-            gpu_memory_mib=row.gpu_memory_mib,
-            gpu_model=row.gpu_model,
-            cpu_milli=row.cpu_milli,
-            memory_mib=row.memory_mib,
-            labels=tuple(sorted(row.labels.items())),
-            taints=tuple(_taint(*t) for t in row.taints or ()),
-        )
-        for row in session.scalars(
-            select(NodeRow).where(NodeRow.state.in_(NODE_STATES)).order_by(NodeRow.name)
-        )
-    )
+    session.flush()  # the Core queries below run on the connection: no autoflush there
+    # Core queries on the session's connection: the ORM's row handling, which these column
+    # queries do not need, cost as much as the rest of a cached row.
+    connection = session.connection()
+    made_nodes = {} if cache is None else cache._nodes
+    kept_nodes: dict[tuple[object, ...], Node] = {}
+    for node_row in connection.execute(
+        select(*_NODE_READ).where(NodeRow.state.in_(NODE_STATES)).order_by(NodeRow.name)
+    ).all():
+        node_values = tuple(node_row)
+        made_node = made_nodes.get(node_values)
+        if made_node is None:
+            made_node = _node(*node_row)  # the columns of `_NODE_READ`, in order
+        kept_nodes[node_values] = made_node
+    nodes = tuple(kept_nodes.values())
     node_names = {node.name: node.name for node in nodes}
     """Each node's name as the one string object its `Node` holds (placements share it)."""
     project_rows = session.scalars(select(ProjectRow).order_by(ProjectRow.id)).unique().all()
@@ -227,9 +239,6 @@ def build_snapshot(
     """Workloads with tasks on nodes the snapshot lacks: left out until those tasks end."""
     made_placements = {} if cache is None else cache._placements
     kept_placements: dict[_TaskKey, TaskPlacement] = {}
-    # Core queries on the session's connection: the ORM's row handling, which these column
-    # queries do not need, cost as much as the rest of a cached row.
-    connection = session.connection()
     for workload_id, task_index, node, devices_text, burst, state in connection.execute(
         select(
             TaskRow.workload_id,
@@ -304,6 +313,7 @@ def build_snapshot(
     if cache is not None:
         cache._workloads = kept
         cache._placements = kept_placements
+        cache._nodes = kept_nodes
     return BuiltSnapshot(
         Snapshot(nodes, projects, tuple(workloads), now_s=int(now_s), settings=settings),
         keys,
@@ -369,6 +379,30 @@ def gpu_request(kind: str, amount: int, limit_milli: int | None) -> GpuRequest:
     if request_kind is GpuRequestKind.FRACTION:
         return GpuRequest.fraction(amount, limit_milli)
     return GpuRequest.memory(amount)
+
+
+def _node(
+    name: str,
+    gpu_count: int,
+    gpu_memory_mib: int,
+    gpu_model: str | None,
+    cpu_milli: int | None,
+    memory_mib: int | None,
+    labels_text: str | None,
+    taints_text: str | None,
+) -> Node:
+    labels: dict[str, str] = json.loads(labels_text) if labels_text else {}
+    taints: list[list[str]] = json.loads(taints_text) if taints_text else []
+    return Node(
+        name=name,
+        gpu_count=gpu_count,
+        gpu_memory_mib=gpu_memory_mib,
+        gpu_model=gpu_model,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        labels=tuple(sorted(labels.items())),
+        taints=tuple(_taint(*t) for t in taints),
+    )
 
 
 def _task_index(placement: TaskPlacement) -> int:
