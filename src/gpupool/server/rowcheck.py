@@ -23,6 +23,12 @@ def parse_json(text: Any, what: str) -> Any:
     column when it is not JSON. None stays None (a NULL column)."""
     if text is None or not isinstance(text, str | bytes):
         return text
+    # Most rows hold an empty object or list: a fresh one, without the decoder's two regular
+    # expression matches (a third of a 100,000-row snapshot's parsing).
+    if text == "{}":
+        return {}
+    if text == "[]":
+        return []
     try:
         return json.loads(text)
     except ValueError as error:
