@@ -294,6 +294,7 @@ def build_snapshot(
         last = made.get(row_id)
         if last is not None and last[0] == values and last[1] == project and last[2] == placements:
             workload, key = last[3], last[4]
+            kept[row_id] = last  # not a new entry: what a cycle keeps is what changed
         else:
             try:
                 columns = _checked(row._mapping)
@@ -304,7 +305,7 @@ def build_snapshot(
             key = WorkloadKey(
                 row_id, row.version, project, row.name, external, row.project_id, row.status
             )
-        kept[row_id] = (values, project, placements, workload, key)
+            kept[row_id] = (values, project, placements, workload, key)
         keys[workload.name] = key
         if values[_STATUS] == _PENDING:
             stored_reason = read[_REASON]
