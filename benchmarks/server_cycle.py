@@ -202,9 +202,11 @@ def main(argv: list[str] | None = None) -> int:
         migrate.upgrade(engine)
         began = time.process_time()
         seed(engine, synthetic)
+        settings, workloads = synthetic.settings, len(synthetic.workloads)
+        del synthetic  # the loop's long-lived objects are its own: the collector walks them
         print(
             f"gpupool: the server's cycle, CPU ms, {args.nodes:,} nodes, "
-            f"{len(synthetic.workloads):,} workloads (seeded in {time.process_time() - began:.1f}"
+            f"{workloads:,} workloads (seeded in {time.process_time() - began:.1f}"
             f" s), core {core_build()}, SQLite",
             flush=True,
         )
@@ -212,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         clock = FakeClock(NOW_S)
         executor = SimulatedExecutor((), clock)  # the loop's cycle never calls it
         loop = scheduler.SchedulingLoop(
-            writer, executor, clock, synthetic.settings, ServerMetrics(), reader=reader
+            writer, executor, clock, settings, ServerMetrics(), reader=reader
         )
         steps = _Steps()
         header = f"{'cycle':>5} {'snapshot':>9} {'cached':>8} {'ratio':>6} {'core':>7} "

@@ -78,7 +78,7 @@ def _core_name(built: BuiltSnapshot, name: str) -> str:
 def _as_if(built: BuiltSnapshot, name: str, status: str) -> BuiltSnapshot:
     keys = dict(built.keys)
     core = _core_name(built, name)
-    keys[core] = dataclasses.replace(keys[core], status=status)
+    keys[core] = keys[core]._replace(status=status)
     return dataclasses.replace(built, keys=keys)
 
 

@@ -10,10 +10,11 @@ finished and deleting ones.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Text, cast, select
 from sqlalchemy.orm import Session
@@ -90,9 +91,10 @@ def core_name(project: str, workload: str) -> str:
     return f"{project}/{workload}"
 
 
-@dataclass(frozen=True, slots=True)
-class WorkloadKey:
-    """Which row and which version of it a snapshot's workload came from."""
+class WorkloadKey(NamedTuple):
+    """Which row and which version of it a snapshot's workload came from. A named tuple of
+    plain values: the collector stops tracking it, and the loop keeps one per row between
+    cycles (`SnapshotCache`; 130,000 at 10,000 nodes that each full collection walked)."""
 
     workload_id: int
     version: int
@@ -373,7 +375,10 @@ def _checked(row: Any) -> WorkloadColumns:
     return WorkloadColumns(**values)
 
 
+@functools.lru_cache(maxsize=4096)
 def gpu_request(kind: str, amount: int, limit_milli: int | None) -> GpuRequest:
+    """One shared `GpuRequest` per request (they are immutable): a 100,000-row snapshot asks
+    for a few dozen distinct ones."""
     request_kind = GpuRequestKind(kind)
     if request_kind is GpuRequestKind.WHOLE:
         return GpuRequest.whole(amount)
