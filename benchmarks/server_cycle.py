@@ -143,7 +143,7 @@ class _Steps:
         self.same = True
         self.binds = 0
         self.peer_ms = 0.0
-        """The untimed fresh build inside the loop's cycle, taken off its time."""
+        """What the peer (the fresh build) cost inside the loop's cycle, taken off its time."""
         build, run, write = snapshot_module.build_snapshot, isolation.run_isolated, persist.write
 
         def timed_build(session: Session, now_s: float, settings: SchedulerSettings,
@@ -151,15 +151,18 @@ class _Steps:
             began = time.process_time()
             fresh = build(session, now_s, settings)
             self.ms["snapshot"] = 1000 * (time.process_time() - began)
-            # an older loop (PYTHONPATH=OLD/src) builds without a cache: its build is the one
-            # timed, and the peer costs the cycle nothing more
-            self.peer_ms = 0.0 if cache is None else self.ms["snapshot"]
+            if cache is None:  # an older loop (PYTHONPATH=OLD/src): this is its own build
+                self.ms["cached"], self.peer_ms, self.same = self.ms["snapshot"], 0.0, True
+                return fresh
             began = time.process_time()
-            built = build(session, now_s, settings, cache) if cache is not None else fresh
-            if cache is None:
-                began -= self.ms["snapshot"] / 1000
+            built = build(session, now_s, settings, cache)
             self.ms["cached"] = 1000 * (time.process_time() - began)
+            # the peer's cost to the cycle, taken off its time: its build, the comparison, and
+            # freeing it here (kept, the young collection after the cycle would walk it)
+            began = time.process_time()
             self.same = built.snapshot == fresh.snapshot and built.keys == fresh.keys
+            del fresh
+            self.peer_ms = self.ms["snapshot"] + 1000 * (time.process_time() - began)
             return built
 
         def timed_run(snapshot: Snapshot, run_cycle: RunCycle) -> Isolated:
