@@ -100,11 +100,11 @@ class SchedulingLoop:
         self._launches = Launches(writer, executor, clock, self._announce)
         self._backoff = Backoff()
         self._snapshot_cache = SnapshotCache()
+        """What the last snapshot made of each row (`SnapshotCache`): most rows read the same
+        from one cycle to the next."""
         self._reasons = persist.ReasonLedger()
         """When each waiting workload's reason was last written (numbers refreshed once a
         minute)."""
-        """What the last snapshot made of each row (`SnapshotCache`): most rows read the same
-        from one cycle to the next."""
         self.last_iteration_s: float | None = None
         """When (clock time) the last iteration completed: what `/ready` looks at."""
         self.last_error: str | None = None

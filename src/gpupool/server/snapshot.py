@@ -177,11 +177,12 @@ class SnapshotCache:
     """What the last snapshot made of each row, kept by the scheduling loop between cycles.
 
     A loaded server reads the same 100,000 rows every cycle and all but a few are unchanged;
-    checking each row, parsing its JSON and making its `Workload` cost about 25 µs a row
-    (2.5 s a cycle at 100,000 workloads). With the cache, a workload whose columns, project and
-    placements read exactly as last time is the object made then (the core's model is
-    immutable), and a task row that reads as last time is its `TaskPlacement` of then. Keyed
-    by the values read, not by the row's `version`, so no write path has to remember to bump
+    checking each row, parsing its JSON and making its `Workload` cost about 30 µs a row
+    (3.4 to 4.9 s a cycle at 130,807 workloads, `benchmarks/server_cycle.py`). With the cache,
+    a workload whose columns, project and placements read exactly as last time is the object
+    made then (the core's model is immutable), and a task or node row that reads as last time
+    is its `TaskPlacement` or `Node` of then. Keyed by the values read, not by the row's
+    `version`, so no write path has to remember to bump
     anything for the snapshot to see it. Only what the last snapshot read is kept.
     """
 
