@@ -1,21 +1,24 @@
 """The loop's state between cycles. `SnapshotCache`: a snapshot built with it is the one built
-without it, whatever changed in between, and rows that read the same give the objects made the
-cycle before. `ReasonLedger`: a pending reason is written when what it says changes, and when
-only its numbers change, once a minute."""
+without it, whatever changed in between and whoever wrote it (it reads in full only the rows
+whose change marker moved), and rows that read the same give the objects made the cycle
+before. `ReasonLedger`: a pending reason is written when what it says changes, and when only its
+numbers change, once a minute."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import select, update
+import pytest
+from sqlalchemy import delete, select, text, update
 from test_scheduler_loop import Harness
 
 from gpupool.core.decisions import CycleResult
-from gpupool.core.model import SchedulerSettings
-from gpupool.server import persist
+from gpupool.core.model import SchedulerSettings, Workload
+from gpupool.server import persist, snapshot_cache
 from gpupool.server.db import NodeRow, TaskRow, WorkloadRow
 from gpupool.server.persist import ReasonLedger
 from gpupool.server.snapshot import BuiltSnapshot, SnapshotCache, build_snapshot
+from gpupool.server.snapshot_cache import FULL_READ_EVERY, SQLITE_TRIGGERS
 
 
 def _both(harness: Harness, cache: SnapshotCache) -> tuple[BuiltSnapshot, BuiltSnapshot]:
@@ -32,6 +35,7 @@ def _same(cached: BuiltSnapshot, fresh: BuiltSnapshot) -> None:
     assert cached.snapshot == fresh.snapshot
     assert cached.keys == fresh.keys
     assert cached.bad == fresh.bad
+    assert cached.reasons == fresh.reasons
 
 
 def test_unchanged_rows_give_the_same_objects_and_a_changed_row_a_new_one(
@@ -99,6 +103,8 @@ def _cycle_after_cycle(harness: Harness) -> None:
     for step in range(8):
         harness.loop.run_once()
         _same(*_both(harness, cache))
+        # only the first snapshot and the nodes' change at step 5 make the cache read every row
+        assert cache.last_read == ("all" if step == 0 else "changed"), step
         if step == 1:
             harness.submit("b", "owner", gpu=4)
         if step == 2:
@@ -133,6 +139,7 @@ def _cycle_after_cycle(harness: Harness) -> None:
             with harness.writer.begin() as session:  # a node leaves: its work is left out
                 session.execute(update(NodeRow).values(state="gone"))
             _same(*_both(harness, cache))
+            assert cache.last_read == "all"
         harness.clock.advance(120)
         steps += 1
     assert steps == 8
@@ -198,3 +205,154 @@ def test_a_reason_is_not_written_to_a_workload_no_longer_pending(tmp_path: Path)
     result = CycleResult(decisions=(), pending_reasons={core_name: "needs 8 GPUs"}, projects=())
     persist.write(harness.writer, built, result, harness.clock.now_s(), ReasonLedger())
     assert _reason(harness, "big") == before != "needs 8 GPUs"
+
+
+def _job(built: BuiltSnapshot, name: str) -> Workload:
+    [found] = [w for w in built.snapshot.workloads if w.name.endswith(f"/{name}")]
+    return found
+
+
+def _changes_behind_the_loops_back(harness: Harness) -> None:
+    """Writes that no write path of ours makes, each read by the next cached snapshot, which
+    reads in full only the rows they touch."""
+    harness.project("a", 8)
+    for i in range(6):
+        harness.submit("a", f"job-{i}", gpu=1, tasks=2)
+    harness.submit("a", "waits", gpu=4, tasks=2)
+    harness.loop.run_once()
+    cache = SnapshotCache()
+    _same(*_both(harness, cache))
+    assert cache.last_read == "all" and cache.rows_read == 7
+    cached, fresh = _both(harness, cache)  # nothing changed: nothing read in full
+    _same(cached, fresh)
+    assert (cache.last_read, cache.rows_read) == ("changed", 0)
+
+    def write(statement: str) -> BuiltSnapshot:
+        with harness.engine.begin() as connection:
+            connection.execute(text(statement))
+        built, fresh = _both(harness, cache)
+        _same(built, fresh)
+        assert cache.last_read == "changed"
+        return built
+
+    built = write("UPDATE workloads SET priority = 77 WHERE name = 'waits'")
+    assert cache.rows_read == 1 and _job(built, "waits").priority == 77
+    # a task's devices rewritten, nothing written to its workload
+    built = write(
+        "UPDATE tasks SET devices = '[3]' WHERE task_index = 0 AND workload_id = "
+        "(SELECT id FROM workloads WHERE name = 'job-0')"
+    )
+    assert cache.rows_read == 1
+    assert _job(built, "job-0").placements[0].devices == (3,)
+    # a task stopping: its workload leaves the snapshot until the task is done
+    built = write(
+        "UPDATE tasks SET state = 'stopping' WHERE workload_id = "
+        "(SELECT id FROM workloads WHERE name = 'job-1')"
+    )
+    assert not [w for w in built.snapshot.workloads if w.name.endswith("/job-1")]
+    built = write(
+        "UPDATE tasks SET state = 'done' WHERE workload_id = "
+        "(SELECT id FROM workloads WHERE name = 'job-1')"
+    )
+    assert _job(built, "job-1").placements == ()
+    # a task row deleted outright, and a workload row deleted outright
+    built = write(
+        "DELETE FROM tasks WHERE task_index = 1 AND workload_id = "
+        "(SELECT id FROM workloads WHERE name = 'job-2')"
+    )
+    assert len(_job(built, "job-2").placements) == 1
+    built = write(
+        "DELETE FROM tasks WHERE workload_id = (SELECT id FROM workloads WHERE name = 'job-3')"
+    )
+    built = write("DELETE FROM workloads WHERE name = 'job-3'")
+    assert not [w for w in built.snapshot.workloads if w.name.endswith("/job-3")]
+    # a pending reason written: read again, and given back as stored
+    built = write("UPDATE workloads SET pending_reason = 'by hand' WHERE name = 'waits'")
+    assert [r for name, r in built.reasons.items() if name.endswith("/waits")] == ["by hand"]
+    # leaving the scheduled states and coming back
+    write("UPDATE workloads SET status = 'suspended' WHERE name = 'job-4'")
+    built = write("UPDATE workloads SET status = 'pending' WHERE name = 'job-4'")
+    assert _job(built, "job-4") is not None
+    # a row the checks refuse, then mended
+    built = write("UPDATE workloads SET cpu_milli = -5 WHERE name = 'job-5'")
+    assert len(built.bad) == 1
+    built = write("UPDATE workloads SET cpu_milli = 1000 WHERE name = 'job-5'")
+    assert not built.bad
+
+
+def test_writes_behind_the_loops_back_are_read(tmp_path: Path) -> None:
+    _changes_behind_the_loops_back(Harness(tmp_path, nodes="2x4"))
+
+
+def test_writes_behind_the_loops_back_are_read_on_postgresql(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    harness = Harness(tmp_path, nodes="2x4", url=postgres_url)
+    try:
+        _changes_behind_the_loops_back(harness)
+    finally:
+        harness.engine.dispose()
+
+
+def test_sqlite_has_the_marker_triggers_after_the_migrations(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, nodes="1x4")
+    with harness.engine.connect() as connection:
+        found = connection.execute(
+            text("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        ).scalars()
+        assert set(SQLITE_TRIGGERS) <= set(found)
+
+
+def test_without_the_triggers_every_row_is_read_every_time(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, nodes="1x4")
+    harness.project("a", 4)
+    harness.submit("a", "one", gpu=1)
+    with harness.engine.begin() as connection:
+        connection.execute(text("DROP TRIGGER tasks_updated"))
+    cache = SnapshotCache()
+    for _ in range(3):
+        harness.loop.run_once()
+        _same(*_both(harness, cache))
+        assert (cache.last_read, cache.rows_read) == ("all", 1)
+
+
+@pytest.mark.parametrize("changed", [0, 1])
+def test_every_row_is_read_now_and_then_and_when_many_changed(
+    tmp_path: Path, changed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(snapshot_cache, "FULL_READ_ABOVE", 1)
+    harness = Harness(tmp_path, nodes="1x4")
+    harness.project("a", 4)
+    for i in range(4):
+        harness.submit("a", f"job-{i}", gpu=4)
+    cache = SnapshotCache()
+    _same(*_both(harness, cache))
+    if changed:  # three of four rows changed: more than half
+        with harness.writer.begin() as session:
+            session.execute(
+                update(WorkloadRow)
+                .where(WorkloadRow.name.in_(["job-0", "job-1", "job-2"]))
+                .values(priority=3)
+            )
+        _same(*_both(harness, cache))
+        assert cache.last_read == "all"
+        return
+    reads = []
+    for _ in range(FULL_READ_EVERY + 1):
+        _same(*_both(harness, cache))
+        reads.append(cache.last_read)
+    assert reads == ["changed"] * FULL_READ_EVERY + ["all"]
+
+
+def test_a_deleted_row_leaves_the_snapshot(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, nodes="1x4")
+    harness.project("a", 4)
+    for i in range(5):
+        harness.submit("a", f"job-{i}", gpu=4)
+    cache = SnapshotCache()
+    _same(*_both(harness, cache))
+    with harness.writer.begin() as session:
+        session.execute(delete(WorkloadRow).where(WorkloadRow.name == "job-2"))
+    cached, fresh = _both(harness, cache)
+    _same(cached, fresh)
+    assert (cache.last_read, len(cached.snapshot.workloads)) == ("changed", 4)

@@ -179,6 +179,10 @@ class WorkloadRow(Base):
     tolerations: Mapped[list[dict[str, str | None]]] = mapped_column(JSON, server_default="[]")
     min_runtime_s: Mapped[int | None] = mapped_column(Integer)
     """Not preempted before it has run this long; None: its project's min runtime."""
+    change_seq: Mapped[int] = mapped_column(Integer, server_default="0")
+    """SQLite: counted up by triggers whenever the row or one of its tasks is written, by
+    anyone (migration 0007); the snapshot reads again only rows whose count moved. Never written
+    by the application. PostgreSQL leaves it at 0 and compares the rows' `xmin`."""
 
     project: Mapped[ProjectRow] = relationship(lazy="joined")
 
