@@ -6,16 +6,18 @@
 `benchmarks/cycle.py` times the core alone on a snapshot it is handed. The server first reads
 that snapshot from its database and afterwards writes the decisions: this seeds a fresh SQLite
 database (in a temporary directory) with the same synthetic cluster (`cycle_bench.workload`,
-the same seed) and runs the scheduling loop's own `SchedulingLoop.cycle` `--cycles` times, 30
-fake seconds apart, each on what the last one wrote. Its steps are timed where the loop looks
-them up: `build_snapshot` (with the loop's `SnapshotCache`), the core (`run_cycle`, isolated),
-`persist.write` (with the loop's `ReasonLedger`); "other" is the rest of the loop's cycle
-(metrics, history) and the young collection that the loop's pause of the collector puts off
-to after the cycle. Each cycle also builds the snapshot once without the cache, untimed in the
-cycle (the peer in the same run: every row made anew), and checks that both are equal. CPU ms,
-the collector paused for the core as the loop pauses it. Cycle 1 is the burst (every row new
-to the cache); the later ones are a loaded server's usual cycle. Nothing is started: the
-loop's dispatch is not run. Exit status 0, or 1 when the two snapshots differ.
+the same seed) and runs the scheduling loop's own `SchedulingLoop.cycle` `--cycles` times,
+`--step-s` fake seconds apart (30), each on what the last one wrote. Its steps are timed where
+the loop looks them up: `build_snapshot` (with the loop's `SnapshotCache`), the core
+(`run_cycle`, isolated), `persist.write` (with the loop's `ReasonLedger`); "other" is the rest
+of the loop's cycle (metrics, history) and the young collection that the loop's pause of the
+collector puts off to after the cycle; "read" says how the cache read the workload rows (all
+of them, or only the rows whose change marker moved: how many). Each cycle also builds the
+snapshot once without the cache, untimed in the cycle (the peer in the same run: every row made
+anew), and checks that both are equal. CPU ms, the collector paused for the core as the loop
+pauses it. Cycle 1 is the burst (every row new to the cache); the later ones are a loaded
+server's usual cycle. Nothing is started: the loop's dispatch is not run. Exit status 0, or 1
+when the two snapshots differ.
 
 An older loop is timed the same way with `PYTHONPATH=OLD/src` (a checkout of it): one that
 builds its snapshot without a cache shows the same time in both columns.
@@ -143,6 +145,8 @@ class _Steps:
         self.same = True
         self.binds = 0
         self.peer_ms = 0.0
+        self.read = "all"
+        """How the cached build read the workload rows: "all", or how many changed rows."""
         """What the peer (the fresh build) cost inside the loop's cycle, taken off its time."""
         build, run, write = snapshot_module.build_snapshot, isolation.run_isolated, persist.write
 
@@ -157,10 +161,18 @@ class _Steps:
             began = time.process_time()
             built = build(session, now_s, settings, cache)
             self.ms["cached"] = 1000 * (time.process_time() - began)
+            # an older loop's cache reads every row (no `last_read`)
+            changed = getattr(cache, "last_read", "all") == "changed"
+            self.read = f"{getattr(cache, 'rows_read', 0):,}" if changed else "all"
             # the peer's cost to the cycle, taken off its time: its build, the comparison, and
             # freeing it here (kept, the young collection after the cycle would walk it)
             began = time.process_time()
-            self.same = built.snapshot == fresh.snapshot and built.keys == fresh.keys
+            self.same = (
+                built.snapshot == fresh.snapshot
+                and built.keys == fresh.keys
+                and built.bad == fresh.bad
+                and built.reasons == fresh.reasons
+            )
             del fresh
             self.peer_ms = self.ms["snapshot"] + 1000 * (time.process_time() - began)
             return built
@@ -196,9 +208,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=1000, help="nodes of 8 GPUs (1000)")
     parser.add_argument("--cycles", type=int, default=4, help="cycles to run (4)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--step-s",
+        type=float,
+        default=30.0,
+        help="clock seconds between cycles (30; the server's loop runs every 1 s when busy: "
+        "the pending reasons' numbers are rewritten once a minute, every other cycle at 30)",
+    )
     args = parser.parse_args(argv)
-    if args.nodes < 1 or args.cycles < 1:
-        parser.error("--nodes and --cycles must be at least 1")
+    if args.nodes < 1 or args.cycles < 1 or args.step_s <= 0:
+        parser.error("--nodes and --cycles must be at least 1, --step-s above 0")
     synthetic = synthetic_snapshot(args.nodes, args.seed)
     with tempfile.TemporaryDirectory() as data:
         engine = make_engine(sqlite_url(Path(data)))
@@ -220,12 +239,12 @@ def main(argv: list[str] | None = None) -> int:
             writer, executor, clock, settings, ServerMetrics(), reader=reader
         )
         steps = _Steps()
-        header = f"{'cycle':>5} {'snapshot':>9} {'cached':>8} {'ratio':>6} {'core':>7} "
+        header = f"{'cycle':>5} {'snapshot':>9} {'cached':>8} {'read':>6} {'ratio':>6} {'core':>7} "
         print(header + f"{'write':>7} {'other':>6} {'cycle':>7} {'binds':>6}")
         status = 0
         try:
             for cycle in range(1, args.cycles + 1):
-                clock.advance(30)
+                clock.advance(args.step_s)
                 began = time.process_time()
                 loop.cycle()  # the collector paused for the cycle, as the loop runs it
                 # and counted: the young collection the pause put off, which the loop's next
@@ -238,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"cycle {cycle}: the cached snapshot differs from a fresh one")
                     status = 1
                 print(
-                    f"{cycle:>5} {ms['snapshot']:>9,.0f} {ms['cached']:>8,.0f} "
+                    f"{cycle:>5} {ms['snapshot']:>9,.0f} {ms['cached']:>8,.0f} {steps.read:>6} "
                     f"{ms['snapshot'] / max(ms['cached'], 1e-9):>5.1f}x {ms['core']:>7,.0f} "
                     f"{ms['write']:>7,.0f} {other:>6,.0f} {total:>7,.0f} {steps.binds:>6,}",
                     flush=True,
@@ -248,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
             engine.dispose()
         print(
             "snapshot: built without the cache (every row made anew; not counted in the cycle);"
-            "\ncached: with the loop's SnapshotCache; core: run_cycle (isolated); write: the "
+            "\ncached: with the loop's SnapshotCache; read: the rows it read in full (all, or "
+            "those\nwhose change marker moved); core: run_cycle (isolated); write: the "
             "decisions\nand pending reasons; other: the rest of SchedulingLoop.cycle (metrics, "
             "history) and\nthe young collection put off while the collector was paused."
         )
