@@ -6,7 +6,7 @@ allows its change from the status the snapshot read; otherwise it is left out, a
 is. Every status and task state written here comes from that table. A bind adds task rows in
 state `starting` with a new launch id; an eviction or a move marks tasks `stopping` (a move
 also adds the new task); each decision adds an event, and pending workloads get their reason
-where it changed (`ReasonLedger`: where only its numbers changed, at most once a minute). Rows
+where it changed (`ReasonLedger`: where only its numbers changed, within a minute). Rows
 are written in batches: one executemany per kind of change.
 """
 
@@ -16,7 +16,7 @@ import re
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import cast
+from typing import Final, cast
 
 from sqlalchemy import Table, insert, or_, select, update
 from sqlalchemy import bindparam as _bind
@@ -49,8 +49,9 @@ class ReasonLedger:
     Most pending reasons quote the cluster as the cycle saw it ("178.65 GPU idle", "largest
     free part of a device is 0.45 GPU"), so nine in ten of them read differently every cycle:
     written each time, that was 70,000 row updates a cycle at 10,000 nodes. A reason is written
-    at once when what it says changes; when only its numbers do, once `refresh_s` has passed
-    since it was last written (the numbers a user reads are at most that old)."""
+    at once when what it says changes; when only its numbers do, once its workload's share of
+    `refresh_s` has passed since it was last written (`refresh_after_s`: the numbers a user
+    reads are at most `refresh_s` old)."""
 
     __slots__ = ("refresh_s", "written_at")
 
@@ -58,6 +59,18 @@ class ReasonLedger:
         self.refresh_s = refresh_s
         self.written_at: dict[int, float] = {}
         """Workload id -> when its reason was last written (clock seconds)."""
+
+    def refresh_after_s(self, workload_id: int) -> float:
+        """How long a workload's reason keeps its numbers: between half of `refresh_s` and all
+        of it, spread by workload id. The reasons of work that began waiting together (a burst
+        of submissions, a restart) are then refreshed over half of `refresh_s`, and drift
+        further apart each time, rather than all in one cycle that rewrites, and whose next
+        snapshot reads again, tens of thousands of rows."""
+        return self.refresh_s * (0.5 + 0.5 * ((workload_id * _GOLDEN_RATIO) % 1.0))
+
+
+_GOLDEN_RATIO: Final = 0.6180339887498949
+"""Consecutive ids times this, modulo 1, fall evenly over [0, 1) (`refresh_after_s`)."""
 
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -250,7 +263,6 @@ def _store_pending_reasons(
     stored = built.reasons
     keys = built.keys
     skeletons: dict[str, str] = {}
-    refresh_s = ledger.refresh_s if ledger is not None else 0.0
     written = ledger.written_at if ledger is not None else {}
     changes: list[dict[str, object]] = []
     for name, reason in result.pending_reasons.items():
@@ -264,7 +276,8 @@ def _store_pending_reasons(
             last = written.get(workload_id)
             if (
                 last is not None
-                and now - last < refresh_s
+                and ledger is not None
+                and now - last < ledger.refresh_after_s(workload_id)
                 and _skeleton(before, skeletons) == _skeleton(reason, skeletons)
             ):
                 continue  # only its numbers changed, and they were written recently
