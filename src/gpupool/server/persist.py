@@ -53,12 +53,14 @@ class ReasonLedger:
     `refresh_s` has passed since it was last written (`refresh_after_s`: the numbers a user
     reads are at most `refresh_s` old)."""
 
-    __slots__ = ("refresh_s", "written_at")
+    __slots__ = ("refresh_s", "written", "written_at")
 
     def __init__(self, refresh_s: float = 60.0) -> None:
         self.refresh_s = refresh_s
         self.written_at: dict[int, float] = {}
         """Workload id -> when its reason was last written (clock seconds)."""
+        self.written: dict[int, str] = {}
+        """Workload id -> the reason the last `write` wrote (`SnapshotCache.note_reasons`)."""
 
     def refresh_after_s(self, workload_id: int) -> float:
         """How long a workload's reason keeps its numbers: between half of `refresh_s` and all
@@ -293,6 +295,9 @@ def _store_pending_reasons(
             changes,
         )
     if ledger is not None:
+        ledger.written = {
+            cast(int, change["workload_id"]): cast(str, change["reason"]) for change in changes
+        }
         for change in changes:
             written[cast(int, change["workload_id"])] = now
         if len(written) > 2 * len(stored) + 1024:  # forget the workloads no longer waiting

@@ -325,4 +325,7 @@ class SchedulingLoop:
     def _persist(self, built: BuiltSnapshot, result: CycleResult, now: float) -> dict[str, int]:
         """Write the cycle's decisions (`persist.write`): one seam, so that a test can change a
         workload between the snapshot and the write."""
-        return persist.write(self._writer, built, result, now, self._reasons)
+        self._reasons.written = {}
+        counts = persist.write(self._writer, built, result, now, self._reasons)
+        self._snapshot_cache.note_reasons(self._reasons.written)  # committed
+        return counts

@@ -101,7 +101,10 @@ class SnapshotCache:
     counter on SQLite, the row version's `xmin` on PostgreSQL, with its tasks' `xmin`), reads
     in full only the rows whose marker moved, and gives every other row's `Workload` as the
     object made before (the core's model is immutable). Every write counts, whoever makes it:
-    the marker is kept by the database, not by the write paths. Rows read in full are still
+    the marker is kept by the database, not by the write paths; one exception on SQLite: a
+    write of the pending reason alone, which the loop makes every cycle and tells the cache
+    itself (`note_reasons`; one made by hand is read at the next full read). Rows read in full
+    are still
     compared by value (`_Rows._entry`), so a row written without a change gives its old objects,
     and a task or node row that reads as last time is its `TaskPlacement` or `Node` of then.
 
@@ -167,6 +170,20 @@ class SnapshotCache:
             ).scalars()
             self._triggers = set(SQLITE_TRIGGERS) <= set(found)
         return WorkloadRow.__table__.c.change_seq if self._triggers else None
+
+    def note_reasons(self, written: dict[int, str]) -> None:
+        """The pending reasons the loop wrote (by workload id) after this cache's last read: on
+        SQLite writing a reason alone does not move the row's marker, so the cache takes them
+        from the loop. A row that was no longer pending when written (the write skips it) has
+        a moved marker anyway and is read again."""
+        entries = self._entries
+        for row_id, reason in written.items():
+            entry = entries.get(row_id)
+            if entry is None or entry.workload is None or entry.reason == reason:
+                continue
+            entries[row_id] = entry._replace(reason=reason)
+            if entry.values[_STATUS] == _PENDING:
+                self._reasons[entry.workload.name] = reason
 
     def _assembled(self) -> _Assembled:
         """The snapshot's part from the workload rows, as copies (the next read changes these)."""
