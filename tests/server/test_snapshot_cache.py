@@ -6,6 +6,7 @@ numbers change, once a minute."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,15 +39,21 @@ def _same(cached: BuiltSnapshot, fresh: BuiltSnapshot) -> None:
     assert cached.reasons == fresh.reasons
 
 
-def test_unchanged_rows_give_the_same_objects_and_a_changed_row_a_new_one(
-    tmp_path: Path,
-) -> None:
-    harness = Harness(tmp_path, nodes="2x4")
+def _busy(harness: Harness, jobs: int) -> Harness:
+    """Project a (8 GPUs) with `jobs` two-task jobs of 1 GPU and one of 2 x 4 GPUs that waits,
+    after one cycle."""
     harness.project("a", 8)
-    for i in range(3):
+    for i in range(jobs):
         harness.submit("a", f"job-{i}", gpu=1, tasks=2)
     harness.submit("a", "waits", gpu=4, tasks=2)
     harness.loop.run_once()
+    return harness
+
+
+def test_unchanged_rows_give_the_same_objects_and_a_changed_row_a_new_one(
+    tmp_path: Path,
+) -> None:
+    harness = _busy(Harness(tmp_path, nodes="2x4"), jobs=3)
     cache = SnapshotCache()
     first, _ = _both(harness, cache)
     second, fresh = _both(harness, cache)
@@ -75,24 +82,22 @@ def test_unchanged_rows_give_the_same_objects_and_a_changed_row_a_new_one(
     )
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def on_both(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
+    """A 2x4 cluster on SQLite, then on PostgreSQL (which hands the JSON columns read as text
+    back in its own spelling, and whose marker is `xmin`)."""
+    url = None if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+    harness = Harness(tmp_path, nodes="2x4", url=url)
+    yield harness
+    harness.engine.dispose()
+
+
 def test_a_snapshot_with_the_cache_is_the_one_without_it_cycle_after_cycle(
-    tmp_path: Path,
+    on_both: Harness,
 ) -> None:
     """Binds, preemptions, completions, a task moved by hand, a node gone and a bad row: after
     each, the cached snapshot equals a fresh one."""
-    _cycle_after_cycle(Harness(tmp_path, nodes="2x4"))
-
-
-def test_the_same_on_postgresql(tmp_path: Path, postgres_url: str) -> None:
-    """PostgreSQL hands the JSON columns read as text back in its own spelling."""
-    harness = Harness(tmp_path, nodes="2x4", url=postgres_url)
-    try:
-        _cycle_after_cycle(harness)
-    finally:
-        harness.engine.dispose()
-
-
-def _cycle_after_cycle(harness: Harness) -> None:
+    harness = on_both
     harness.project("a", 0)
     harness.project("b", 8)
     for i in range(4):
@@ -218,14 +223,10 @@ def _job(built: BuiltSnapshot, name: str) -> Workload:
     return found
 
 
-def _changes_behind_the_loops_back(harness: Harness) -> None:
+def test_writes_behind_the_loops_back_are_read(on_both: Harness) -> None:
     """Writes that no write path of ours makes, each read by the next cached snapshot, which
     reads in full only the rows they touch."""
-    harness.project("a", 8)
-    for i in range(6):
-        harness.submit("a", f"job-{i}", gpu=1, tasks=2)
-    harness.submit("a", "waits", gpu=4, tasks=2)
-    harness.loop.run_once()
+    harness = _busy(on_both, jobs=6)
     cache = SnapshotCache()
     _same(*_both(harness, cache))
     assert cache.last_read == "all" and cache.rows_read == 7
@@ -298,20 +299,6 @@ def _changes_behind_the_loops_back(harness: Harness) -> None:
     assert not built.bad
 
 
-def test_writes_behind_the_loops_back_are_read(tmp_path: Path) -> None:
-    _changes_behind_the_loops_back(Harness(tmp_path, nodes="2x4"))
-
-
-def test_writes_behind_the_loops_back_are_read_on_postgresql(
-    tmp_path: Path, postgres_url: str
-) -> None:
-    harness = Harness(tmp_path, nodes="2x4", url=postgres_url)
-    try:
-        _changes_behind_the_loops_back(harness)
-    finally:
-        harness.engine.dispose()
-
-
 def test_sqlite_has_the_marker_triggers_after_the_migrations(tmp_path: Path) -> None:
     harness = Harness(tmp_path, nodes="1x4")
     with harness.engine.connect() as connection:
@@ -334,17 +321,23 @@ def test_without_the_triggers_every_row_is_read_every_time(tmp_path: Path) -> No
         assert (cache.last_read, cache.rows_read) == ("all", 1)
 
 
+def _queue(tmp_path: Path, jobs: int) -> tuple[Harness, SnapshotCache]:
+    """`jobs` jobs of 4 GPUs on one node of 4, never scheduled, and a cache that read them."""
+    harness = Harness(tmp_path, nodes="1x4")
+    harness.project("a", 4)
+    for i in range(jobs):
+        harness.submit("a", f"job-{i}", gpu=4)
+    cache = SnapshotCache()
+    _same(*_both(harness, cache))
+    return harness, cache
+
+
 @pytest.mark.parametrize("changed", [0, 1])
 def test_every_row_is_read_now_and_then_and_when_many_changed(
     tmp_path: Path, changed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(snapshot_cache, "FULL_READ_ABOVE", 1)
-    harness = Harness(tmp_path, nodes="1x4")
-    harness.project("a", 4)
-    for i in range(4):
-        harness.submit("a", f"job-{i}", gpu=4)
-    cache = SnapshotCache()
-    _same(*_both(harness, cache))
+    harness, cache = _queue(tmp_path, 4)
     if changed:  # three of four rows changed: more than half
         with harness.writer.begin() as session:
             session.execute(
@@ -363,12 +356,7 @@ def test_every_row_is_read_now_and_then_and_when_many_changed(
 
 
 def test_a_deleted_row_leaves_the_snapshot(tmp_path: Path) -> None:
-    harness = Harness(tmp_path, nodes="1x4")
-    harness.project("a", 4)
-    for i in range(5):
-        harness.submit("a", f"job-{i}", gpu=4)
-    cache = SnapshotCache()
-    _same(*_both(harness, cache))
+    harness, cache = _queue(tmp_path, 5)
     with harness.writer.begin() as session:
         session.execute(delete(WorkloadRow).where(WorkloadRow.name == "job-2"))
     cached, fresh = _both(harness, cache)
@@ -398,7 +386,7 @@ def test_the_marker_trigger_watches_every_column_the_snapshot_reads_but_the_reas
             text("SELECT sql FROM sqlite_master WHERE name = 'workloads_changed'")
         ).scalar_one()
     watched = sql.split(" OF ", 1)[1].split(" ON ", 1)[0]
-    read = {column.name for column in snapshot_cache._READ[:-1]}  # type: ignore[attr-defined]
+    read = {column.name for column in snapshot_cache._READ[:-1]}
     assert {c.strip() for c in watched.split(",")} == read
 
 
