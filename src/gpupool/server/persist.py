@@ -53,12 +53,13 @@ class ReasonLedger:
     `refresh_s` has passed since it was last written (`refresh_after_s`: the numbers a user
     reads are at most `refresh_s` old)."""
 
-    __slots__ = ("refresh_s", "written", "written_at")
+    __slots__ = ("due_at", "refresh_s", "written")
 
     def __init__(self, refresh_s: float = 60.0) -> None:
         self.refresh_s = refresh_s
-        self.written_at: dict[int, float] = {}
-        """Workload id -> when its reason was last written (clock seconds)."""
+        self.due_at: dict[int, float] = {}
+        """Workload id -> when its reason's numbers may be written again (clock seconds: when
+        it was last written, plus `refresh_after_s`)."""
         self.written: dict[int, str] = {}
         """Workload id -> the reason the last `write` wrote (`SnapshotCache.note_reasons`)."""
 
@@ -265,7 +266,7 @@ def _store_pending_reasons(
     stored = built.reasons
     keys = built.keys
     skeletons: dict[str, str] = {}
-    written = ledger.written_at if ledger is not None else {}
+    due_at = ledger.due_at if ledger is not None else {}
     changes: list[dict[str, object]] = []
     for name, reason in result.pending_reasons.items():
         if name in fresh or name not in stored:
@@ -275,11 +276,10 @@ def _store_pending_reasons(
             continue
         workload_id = keys[name].workload_id
         if before is not None:
-            last = written.get(workload_id)
+            due = due_at.get(workload_id)
             if (
-                last is not None
-                and ledger is not None
-                and now - last < ledger.refresh_after_s(workload_id)
+                due is not None
+                and now < due
                 and _skeleton(before, skeletons) == _skeleton(reason, skeletons)
             ):
                 continue  # only its numbers changed, and they were written recently
@@ -298,11 +298,11 @@ def _store_pending_reasons(
         ledger.written = {
             cast(int, change["workload_id"]): cast(str, change["reason"]) for change in changes
         }
-        for change in changes:
-            written[cast(int, change["workload_id"])] = now
-        if len(written) > 2 * len(stored) + 1024:  # forget the workloads no longer waiting
+        for workload_id in ledger.written:
+            due_at[workload_id] = now + ledger.refresh_after_s(workload_id)
+        if len(due_at) > 2 * len(stored) + 1024:  # forget the workloads no longer waiting
             waiting = {keys[name].workload_id for name in stored}
-            ledger.written_at = {w: at for w, at in written.items() if w in waiting}
+            ledger.due_at = {w: at for w, at in due_at.items() if w in waiting}
 
 
 def _skeleton(reason: str, known: dict[str, str]) -> str:

@@ -324,8 +324,10 @@ class _Rows:
         changed = {row_id for row_id, marker in rows if get(row_id, _ABSENT) != marker}
         new = sum(1 for row_id in changed if row_id not in last)
         gone: set[int] = set()
+        scheduled: dict[int, object] | None = None
         if len(rows) - new != len(last):  # some rows are no longer scheduled
-            gone = set(last.keys() - {row_id for row_id, _ in rows})
+            scheduled = dict(rows)  # made and compared in C: a set comprehension is 4x slower
+            gone = set(last.keys() - scheduled.keys())
         if self.task_marks:
             by_workload: dict[int, list[tuple[int, str]]] = defaultdict(list)
             for workload_id, task_id, mark in self._plain(
@@ -336,7 +338,9 @@ class _Rows:
                 by_workload[workload_id].append((task_id, mark))
             task_marks = {wid: tuple(sorted(marks)) for wid, marks in by_workload.items()}
             moved = {wid for wid, _ in task_marks.items() ^ cache._task_marks.items()}
-            changed |= moved & {row_id for row_id, _ in rows}  # scheduled ones' tasks moved
+            if scheduled is None:
+                scheduled = dict(rows)
+            changed |= moved & scheduled.keys()  # scheduled ones' tasks moved
         cache._reads_since_full += 1
         cache.last_read = "changed"
         cache.rows_read = len(changed)
