@@ -5,19 +5,21 @@
 
 `benchmarks/cycle.py` times the core alone on a snapshot it is handed. The server first reads
 that snapshot from its database and afterwards writes the decisions: this seeds a fresh SQLite
-database (in a temporary directory) with the same synthetic cluster (`cycle_bench.workload`,
-the same seed) and runs the scheduling loop's own `SchedulingLoop.cycle` `--cycles` times,
-`--step-s` fake seconds apart (30), each on what the last one wrote. Its steps are timed where
-the loop looks them up: `build_snapshot` (with the loop's `SnapshotCache`), the core
-(`run_cycle`, isolated), `persist.write` (with the loop's `ReasonLedger`); "other" is the rest
-of the loop's cycle (metrics, history) and the young collection that the loop's pause of the
-collector puts off to after the cycle; "read" says how the cache read the workload rows (all
-of them, or only the rows whose change marker moved: how many). Each cycle also builds the
-snapshot once without the cache, untimed in the cycle (the peer in the same run: every row made
-anew), and checks that both are equal. CPU ms, the collector paused for the core as the loop
-pauses it. Cycle 1 is the burst (every row new to the cache); the later ones are a loaded
-server's usual cycle. Nothing is started: the loop's dispatch is not run. Exit status 0, or 1
-when the two snapshots differ.
+database in a temporary directory (or the empty database `--database-url` names, PostgreSQL
+too) with the same synthetic cluster (`cycle_bench.workload`, the same seed) and runs the
+scheduling loop's own `SchedulingLoop.cycle` `--cycles` times, `--step-s` fake seconds apart
+(30), each on what the last one wrote. Its steps are timed where the loop looks them up:
+`build_snapshot` (with the loop's `SnapshotCache`), the core (`run_cycle`, isolated),
+`persist.write` (with the loop's `ReasonLedger`); "other" is the rest of the loop's cycle
+(metrics, history) and the young collection that the loop's pause of the collector puts off
+to after the cycle; "read" says how the cache read the workload rows (all of them, or only the
+rows whose change marker moved: how many). Each cycle also builds the snapshot once without
+the cache, untimed in the cycle (the peer in the same run: every row made anew), and checks
+that both are equal. CPU ms of this process (PostgreSQL's own work is in its processes:
+`--clock wall` times in wall ms), the collector paused for the core as the loop pauses it.
+Cycle 1 is the burst (every row new to the cache); the later ones are a loaded server's usual
+cycle. Nothing is started: the loop's dispatch is not run. Exit status 0, or 1 when the two
+snapshots differ.
 
 An older loop is timed the same way with `PYTHONPATH=OLD/src` (a checkout of it): one that
 builds its snapshot without a cache shows the same time in both columns.
@@ -66,6 +68,11 @@ if TYPE_CHECKING:  # names only: an older loop, timed with PYTHONPATH=OLD/src, l
 NOW_S = 1_000_000_000.0
 RunCycle = Callable[[Snapshot], CycleResult]
 Isolated = tuple[CycleResult, Snapshot, dict[str, str]]
+
+
+_clock: Callable[[], float] = time.process_time
+"""What the steps are timed with: this process's CPU time, or wall time (`--clock wall`: on
+PostgreSQL the database's work is done in its own processes)."""
 
 
 def seed(engine: Engine, snapshot: Snapshot) -> None:
@@ -152,21 +159,21 @@ class _Steps:
 
         def timed_build(session: Session, now_s: float, settings: SchedulerSettings,
                         cache: SnapshotCache | None = None) -> BuiltSnapshot:  # fmt: skip
-            began = time.process_time()
+            began = _clock()
             fresh = build(session, now_s, settings)
-            self.ms["snapshot"] = 1000 * (time.process_time() - began)
+            self.ms["snapshot"] = 1000 * (_clock() - began)
             if cache is None:  # an older loop (PYTHONPATH=OLD/src): this is its own build
                 self.ms["cached"], self.peer_ms, self.same = self.ms["snapshot"], 0.0, True
                 return fresh
-            began = time.process_time()
+            began = _clock()
             built = build(session, now_s, settings, cache)
-            self.ms["cached"] = 1000 * (time.process_time() - began)
+            self.ms["cached"] = 1000 * (_clock() - began)
             # an older loop's cache reads every row (no `last_read`)
             changed = getattr(cache, "last_read", "all") == "changed"
             self.read = f"{getattr(cache, 'rows_read', 0):,}" if changed else "all"
             # the peer's cost to the cycle, taken off its time: its build, the comparison, and
             # freeing it here (kept, the young collection after the cycle would walk it)
-            began = time.process_time()
+            began = _clock()
             self.same = (
                 built.snapshot == fresh.snapshot
                 and built.keys == fresh.keys
@@ -174,19 +181,19 @@ class _Steps:
                 and built.reasons == fresh.reasons
             )
             del fresh
-            self.peer_ms = self.ms["snapshot"] + 1000 * (time.process_time() - began)
+            self.peer_ms = self.ms["snapshot"] + 1000 * (_clock() - began)
             return built
 
         def timed_run(snapshot: Snapshot, run_cycle: RunCycle) -> Isolated:
-            began = time.process_time()
+            began = _clock()
             done = run(snapshot, run_cycle)
-            self.ms["core"] = 1000 * (time.process_time() - began)
+            self.ms["core"] = 1000 * (_clock() - began)
             return done
 
         def timed_write(*args: Any) -> dict[str, int]:
-            began = time.process_time()
+            began = _clock()
             counts = write(*args)
-            self.ms["write"] = 1000 * (time.process_time() - began)
+            self.ms["write"] = 1000 * (_clock() - began)
             self.binds = counts["bind"]
             return counts
 
@@ -209,6 +216,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cycles", type=int, default=4, help="cycles to run (4)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--database-url",
+        help="an empty database to seed and run on (PostgreSQL: postgresql://...); default: "
+        "SQLite in a temporary directory",
+    )
+    parser.add_argument(
+        "--clock",
+        choices=("cpu", "wall"),
+        default="cpu",
+        help="time the steps in this process's CPU time (cpu, the default) or wall time",
+    )
+    parser.add_argument(
         "--step-s",
         type=float,
         default=30.0,
@@ -218,18 +236,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.nodes < 1 or args.cycles < 1 or args.step_s <= 0:
         parser.error("--nodes and --cycles must be at least 1, --step-s above 0")
+    global _clock
+    _clock = time.perf_counter if args.clock == "wall" else time.process_time
     synthetic = synthetic_snapshot(args.nodes, args.seed)
     with tempfile.TemporaryDirectory() as data:
-        engine = make_engine(sqlite_url(Path(data)))
+        engine = make_engine(args.database_url or sqlite_url(Path(data)))
         migrate.upgrade(engine)
         began = time.process_time()
         seed(engine, synthetic)
         settings, workloads = synthetic.settings, len(synthetic.workloads)
         del synthetic  # the loop's long-lived objects are its own: the collector walks them
+        database = "PostgreSQL" if engine.dialect.name == "postgresql" else "SQLite"
         print(
-            f"gpupool: the server's cycle, CPU ms, {args.nodes:,} nodes, "
+            f"gpupool: the server's cycle, {args.clock.upper() if args.clock == 'cpu' else 'wall'}"
+            f" ms, {args.nodes:,} nodes, "
             f"{workloads:,} workloads (seeded in {time.process_time() - began:.1f}"
-            f" s), core {core_build()}, SQLite",
+            f" s), core {core_build()}, {database}",
             flush=True,
         )
         writer, reader = make_sessionmakers(engine)
@@ -245,13 +267,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for cycle in range(1, args.cycles + 1):
                 clock.advance(args.step_s)
-                began = time.process_time()
+                began = _clock()
                 loop.cycle()  # the collector paused for the cycle, as the loop runs it
                 # and counted: the young collection the pause put off, which the loop's next
                 # allocation starts (whatever the cycle made and kept, and its garbage cycles)
                 gc.collect(0)
                 ms = steps.ms
-                total = 1000 * (time.process_time() - began) - steps.peer_ms
+                total = 1000 * (_clock() - began) - steps.peer_ms
                 other = total - ms["cached"] - ms["core"] - ms["write"]
                 if not steps.same:
                     print(f"cycle {cycle}: the cached snapshot differs from a fresh one")
