@@ -7,7 +7,20 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, Final, NamedTuple
 
-from sqlalchemy import Connection, Select, Text, cast, literal_column, null, select, text
+from sqlalchemy import (
+    Connection,
+    Integer,
+    Select,
+    Text,
+    any_,
+    bindparam,
+    cast,
+    literal_column,
+    null,
+    select,
+    text,
+)
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.elements import ColumnElement
 
 from gpupool.api.schemas import TaskState, WorkloadStatus
@@ -63,7 +76,10 @@ _TaskKey = tuple[int, str, str, int | None]
 """A task row as read: task index, node, devices (JSON text), burst device."""
 
 CHANGED_IN_ONE_QUERY: Final = 500
-"""Changed workload rows read per query (`id IN (...)`; SQLite allows a few thousand values)."""
+"""Changed workload rows read per query on SQLite (`id IN (...)`, a bound value each: SQLite
+before 3.32 allows 999)."""
+CHANGED_IN_ONE_QUERY_POSTGRESQL: Final = 20_000
+"""The same on PostgreSQL, where the ids go as one array (`id = ANY(...)`)."""
 FULL_READ_SHARE = 2
 FULL_READ_ABOVE = 2000
 """With more than one row in `FULL_READ_SHARE` changed, and more than `FULL_READ_ABOVE` (a
@@ -354,12 +370,15 @@ class _Rows:
         last_id = next(reversed(entries), -1)
         in_order = True
         ids = sorted(changed)
-        for start in range(0, len(ids), CHANGED_IN_ONE_QUERY):
-            chunk = ids[start : start + CHANGED_IN_ONE_QUERY]
+        step = CHANGED_IN_ONE_QUERY_POSTGRESQL if self.task_marks else CHANGED_IN_ONE_QUERY
+        for start in range(0, len(ids), step):
+            chunk = ids[start : start + step]
             tasks = self._tasks(chunk)
             for row in self.connection.execute(
                 select(*_READ, self.marker)
-                .where(WorkloadRow.id.in_(chunk))  # by its key alone (as the tasks above)
+                .where(
+                    self._among(WorkloadRow.__table__.c.id, chunk)
+                )  # by key alone (as the tasks)
                 .order_by(WorkloadRow.id)
             ).all():
                 read = tuple(row)
@@ -407,6 +426,13 @@ class _Rows:
             cache._markers.pop(row_id, None)
             cache._task_marks.pop(row_id, None)
 
+    def _among(self, column: ColumnElement[int], ids: Sequence[int]) -> ColumnElement[bool]:
+        """`column` is one of `ids`: one array on PostgreSQL (a bound value per id costs it
+        more than the read), `IN (...)` elsewhere."""
+        if self.task_marks:  # PostgreSQL
+            return column == any_(bindparam("ids", list(ids), type_=postgresql.ARRAY(Integer)))
+        return column.in_(ids)
+
     def _plain(self, query: Select[Any]) -> list[Any]:
         """The rows of a narrow query as plain tuples from the driver's cursor: at 100,000 rows
         the result objects cost as much as the read."""
@@ -442,7 +468,7 @@ class _Rows:
         if workload_ids is None:
             query = query.where(TaskRow.state.in_(LIVE_TASKS))
         else:
-            query = query.where(TaskRow.workload_id.in_(workload_ids))
+            query = query.where(self._among(TaskRow.__table__.c.workload_id, workload_ids))
         live = tasks.live
         for (
             workload_id,
