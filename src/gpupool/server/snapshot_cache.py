@@ -307,16 +307,9 @@ class _Rows:
             row_id: int = read[0]
             entry = entries[row_id] = entry_of(read, tasks, made.get(row_id))
             markers[row_id] = read[_MARKER]
-            # `_add`, inline: a full read makes 130,000 of these at 10,000 nodes
-            workload = entry.workload
-            if workload is None:
-                if entry.bad is not None:
-                    bad[row_id] = entry.bad
-                continue
-            keys[workload.name] = entry.key  # type: ignore[assignment]
-            if read[_STATUS] == _PENDING:
-                reasons[workload.name] = entry.reason
-            workloads.append(workload)
+            _add(row_id, entry, keys, bad, reasons)
+            if entry.workload is not None:
+                workloads.append(entry.workload)
         cache = self.cache
         if cache is None:
             return tuple(workloads), keys, bad, reasons
