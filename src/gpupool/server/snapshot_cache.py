@@ -120,9 +120,9 @@ class SnapshotCache:
     the marker is kept by the database, not by the write paths; one exception on SQLite: a
     write of the pending reason alone, which the loop makes every cycle and tells the cache
     itself (`note_reasons`; one made by hand is read at the next full read). Rows read in full
-    are still
-    compared by value (`_Rows._entry`), so a row written without a change gives its old objects,
-    and a task or node row that reads as last time is its `TaskPlacement` or `Node` of then.
+    are still compared by value (`_Rows._entry`), so a row written without a change gives its
+    old objects, and a task or node row that reads as last time is its `TaskPlacement` or
+    `Node` of then.
 
     Every row is read when the nodes or projects changed (a workload's place in the snapshot
     depends on them), when many rows changed (`FULL_READ_ABOVE`), every `FULL_READ_EVERY`
