@@ -103,8 +103,8 @@ class SchedulingLoop:
         """What the last snapshot made of each row (`SnapshotCache`): most rows read the same
         from one cycle to the next."""
         self._reasons = persist.ReasonLedger()
-        """When each waiting workload's reason was last written (numbers refreshed once a
-        minute)."""
+        """When each waiting workload's reason's numbers come due again (refreshed within a
+        minute), and what the last write wrote."""
         self.last_iteration_s: float | None = None
         """When (clock time) the last iteration completed: what `/ready` looks at."""
         self.last_error: str | None = None
@@ -325,7 +325,6 @@ class SchedulingLoop:
     def _persist(self, built: BuiltSnapshot, result: CycleResult, now: float) -> dict[str, int]:
         """Write the cycle's decisions (`persist.write`): one seam, so that a test can change a
         workload between the snapshot and the write."""
-        self._reasons.written = {}
         counts = persist.write(self._writer, built, result, now, self._reasons)
         self._snapshot_cache.note_reasons(self._reasons.written)  # committed
         return counts

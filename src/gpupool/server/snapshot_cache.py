@@ -268,7 +268,8 @@ class _Rows:
         self.project_names = project_names
         marker = None if cache is None else cache._marker(connection)
         self.marker: ColumnElement[Any] = null() if marker is None else marker
-        self.task_marks = connection.dialect.name == "postgresql" and marker is not None
+        self.postgresql = connection.dialect.name == "postgresql"
+        self.task_marks = self.postgresql and marker is not None
         """Whether tasks carry their own marker (PostgreSQL; SQLite's workload marker moves with
         its tasks)."""
         self.made_placements: dict[_TaskKey, TaskPlacement] = (
@@ -372,17 +373,14 @@ class _Rows:
         last_id = next(reversed(entries), -1)
         in_order = True
         ids = sorted(changed)
-        step = CHANGED_IN_ONE_QUERY_POSTGRESQL if self.task_marks else CHANGED_IN_ONE_QUERY
+        step = CHANGED_IN_ONE_QUERY_POSTGRESQL if self.postgresql else CHANGED_IN_ONE_QUERY
+        by_id = WorkloadRow.__table__.c.id
         for start in range(0, len(ids), step):
             chunk = ids[start : start + step]
             tasks = self._tasks(chunk)
-            for row in self.connection.execute(
-                select(*_READ, self.marker)
-                .where(
-                    self._among(WorkloadRow.__table__.c.id, chunk)
-                )  # by key alone (as the tasks)
-                .order_by(WorkloadRow.id)
-            ).all():
+            # by the key alone, the status checked here (as `_tasks` does the tasks' state)
+            query = select(*_READ, self.marker).where(self._among(by_id, chunk))
+            for row in self.connection.execute(query.order_by(by_id)).all():
                 read = tuple(row)
                 if read[_STATUS] not in _SCHEDULED:
                     continue
@@ -431,7 +429,7 @@ class _Rows:
     def _among(self, column: ColumnElement[int], ids: Sequence[int]) -> ColumnElement[bool]:
         """`column` is one of `ids`: one array on PostgreSQL (a bound value per id costs it
         more than the read), `IN (...)` elsewhere."""
-        if self.task_marks:  # PostgreSQL
+        if self.postgresql:
             return column == any_(bindparam("ids", list(ids), type_=postgresql.ARRAY(Integer)))
         return column.in_(ids)
 
