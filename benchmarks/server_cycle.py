@@ -108,9 +108,6 @@ def seed(engine: Engine, snapshot: Snapshot) -> None:
             }
             for p in w.placements
         )  # fmt: skip
-    # The API takes quotas up to 2**31 - 1 (a PostgreSQL integer); the synthetic departments'
-    # memory at 10,000 nodes is above it (SQLite stores it as is).
-    widest = 2**31 - 1 if engine.dialect.name == "postgresql" else 2**62
     with engine.begin() as connection:
         connection.execute(
             insert(ProjectRow),
@@ -119,7 +116,7 @@ def seed(engine: Engine, snapshot: Snapshot) -> None:
                     "id": ids[p.name], "name": p.name, "is_department": p.name in parents,
                     "parent_id": ids[p.parent] if p.parent else None,
                     "quota_gpu_milli": p.quota.gpu_milli, "quota_cpu_milli": p.quota.cpu_milli,
-                    "quota_memory_mib": min(p.quota.memory_mib, widest),
+                    "quota_memory_mib": p.quota.memory_mib,
                     "over_quota_weight": p.over_quota_weight, "has_limit": False,
                     "limit_gpu_milli": None, "limit_cpu_milli": None, "limit_memory_mib": None,
                     "priority": p.priority, "min_runtime_s": p.min_runtime_s, "created_at": 0.0,

@@ -28,9 +28,14 @@ __all__ = [
 _MILLI = Decimal(MILLI_PER_GPU)
 
 MAX_AMOUNT = 2**31 - 1
-"""The largest amount in milli-GPU or MiB: what the service's database stores (32-bit integer
-columns on PostgreSQL). Larger ones are refused here, with a message, rather than by the
-database with an error."""
+"""The largest amount in milli-GPU or MiB of one task or node: what the service's database
+stores there (32-bit integer columns on PostgreSQL). Larger ones are refused here, with a
+message, rather than by the database with an error."""
+
+MAX_QUOTA = 2**53 - 1
+"""The largest quota or limit in milli-GPU, millicores or MiB. A department's sums its nodes
+(10,000 nodes of 1 TiB are 10^10 MiB, past `MAX_AMOUNT`), so these are 64-bit columns; 2^53 - 1
+is the largest integer a browser reads exactly from JSON."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,9 +168,9 @@ def parse_gpu_quota(value: object) -> int:
     number = _to_decimal(value, "gpu", "4 or 2.5")
     if number < 0:
         raise ValueError(f"gpu must be 0 or more (got {_plain(number)})")
-    if number * _MILLI > MAX_AMOUNT:
+    if number * _MILLI > MAX_QUOTA:
         raise ValueError(
-            f"gpu must be at most {format_gpu_milli(MAX_AMOUNT)} (got {_plain(number)})"
+            f"gpu must be at most {format_gpu_milli(MAX_QUOTA)} (got {_plain(number)})"
         )
     return _milli_exact(number, "gpu")
 
@@ -178,8 +183,9 @@ def format_gpu_milli(milli: int) -> str:
 _MEMORY_UNITS_MIB = {"M": 1, "MI": 1, "MIB": 1, "G": 1024, "GI": 1024, "GIB": 1024, "T": 1024**2}
 
 
-def parse_memory_mib(value: object) -> int:
-    """A memory amount in MiB: `8G`, `8Gi`, `512M`, `81920` (a bare number is MiB).
+def parse_memory_mib(value: object, maximum: int = MAX_AMOUNT) -> int:
+    """A memory amount in MiB: `8G`, `8Gi`, `512M`, `81920` (a bare number is MiB), at most
+    `maximum` (a quota's: `MAX_QUOTA`).
 
     >>> parse_memory_mib("8G")
     8192
@@ -201,8 +207,9 @@ def parse_memory_mib(value: object) -> int:
             f"memory must be a positive whole number of MiB (got {_show(value)}): "
             "write 8G, 1.5G or 512M"
         )
-    if mib > MAX_AMOUNT:
+    if mib > maximum:
         raise ValueError(
-            f"memory must be at most {MAX_AMOUNT} MiB, about 2048T (got {_show(value)})"
+            f"memory must be at most {maximum} MiB, about {maximum // 1024**2}T "
+            f"(got {_show(value)})"
         )
     return int(mib)

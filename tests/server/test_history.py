@@ -136,6 +136,28 @@ def test_minutes_are_written_when_over_and_summed_into_their_hour(tmp_path: Path
     assert _rows(session, 3600) == [(hour, 24, 24_000, 12_000, 18)]
 
 
+def test_unwritten_minutes_drop_their_oldest_device_sums_past_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the database refuses the minutes, what they hold per device is bounded (10,000
+    nodes hold 80,000 devices a minute): the oldest minutes keep their cluster's and projects'
+    sums, never the minute steps still add to."""
+    monkeypatch.setattr(history, "MAX_UNWRITTEN_DEVICE_SUMS", 10)
+    recorder = HistoryRecorder()
+    charges = [Charge("n1", d, "a", "x", 1000) for d in range(4)]
+    for minute in range(4):
+        for i in range(12):
+            at = T0 + 60 * minute + 5 * i
+            recorder.add(make_step(at, FACTS, IDS, charges, {}))
+    minutes = recorder.unwritten()
+    assert [len(b.devices) for b in minutes] == [0, 0, 4, 4]
+    assert [b.cluster.samples for b in minutes] == [12] * 4
+    assert all(b.projects[1].allocated == 12 * 1000 for b in minutes)
+    monkeypatch.setattr(history, "MAX_UNWRITTEN_DEVICE_SUMS", 3)
+    recorder.add(make_step(T0 + 240, FACTS, IDS, charges, {}))
+    assert [len(b.devices) for b in recorder.unwritten()] == [0, 0, 0, 0, 4]
+
+
 def test_a_project_created_within_a_minute_held_nothing_before() -> None:
     recorder = HistoryRecorder()
     _steps(recorder, T0, 6, 50)

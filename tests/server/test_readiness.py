@@ -83,6 +83,48 @@ def test_ready_says_which_part_is_not_ready(idle_loop: tuple[App, TestClient]) -
     wait_for(lambda: client.get("/ready").status_code == 200, what="ready after an iteration")
 
 
+def test_a_refused_history_write_leaves_the_server_ready_and_says_so(
+    idle_loop: tuple[App, TestClient],
+) -> None:
+    """The database refuses the history's rows (here a trigger; on PostgreSQL before 0008 a
+    sum past 32 bits): the iteration completes, `/ready` stays 200 and names the problem, the
+    minutes wait in memory and are written once the database takes them."""
+    app, client = idle_loop
+    loop = app.state.loop
+    wait_for(lambda: loop.iterations >= 1, what="the first iteration")
+    with app.state.engine.begin() as connection:
+        connection.exec_driver_sql(
+            "CREATE TRIGGER refuse BEFORE INSERT ON history_cluster "
+            "BEGIN SELECT RAISE(ABORT, 'history refused'); END"
+        )
+    for _ in range(2):  # two minutes over, each refused
+        app.clock.advance(65)
+        done = loop.iterations
+        loop.wake()
+        wait_for(lambda: loop.iterations > done, what="an iteration")  # noqa: B023
+    assert loop.last_error is None and loop.history_error is not None
+    assert "history refused" in loop.history_error
+    assert len(loop.history.unwritten()) == 3
+    response = client.get("/ready")
+    assert response.status_code == 200
+    detail = response.json()["scheduler"]["detail"]
+    assert "the history store is not written" in detail and "history refused" in detail
+
+    with app.state.engine.begin() as connection:
+        connection.exec_driver_sql("DROP TRIGGER refuse")
+    app.clock.advance(65)
+    done = loop.iterations
+    loop.wake()
+    wait_for(lambda: loop.iterations > done, what="an iteration")
+    assert loop.history_error is None and len(loop.history.unwritten()) == 1
+    with app.state.engine.connect() as connection:
+        minutes = connection.exec_driver_sql(
+            "SELECT count(*) FROM history_cluster WHERE resolution_s = 60"
+        ).scalar()
+    assert minutes == 3
+    assert "history" not in client.get("/ready").json()["scheduler"]["detail"]
+
+
 def test_a_locked_database_answers_503_with_retry_after(tmp_path: Path) -> None:
     app = App(tmp_path, run_scheduler=False, database_statement_timeout_s=0.2)
     with TestClient(app.app) as client:

@@ -275,11 +275,47 @@ OVERSIZED: list[tuple[str, str, str, dict[str, Any]]] = [
     ("workload memory", "POST", "/api/v1/workloads", {"project": "{p}", "gpu": 1, "memory": BIG}),
     ("workload gpu_memory", "POST", "/api/v1/workloads", {"project": "{p}", "gpu_memory": BIG}),
     ("project quota gpu", "POST", "/api/v1/projects", {"quota": {"gpu": 1e20}}),
-    ("project quota 3e6 gpu", "POST", "/api/v1/projects", {"quota": {"gpu": 3_000_000}}),
+    (
+        "project quota past 2^53 milli",
+        "POST",
+        "/api/v1/projects",
+        {"quota": {"gpu": 2**53 // 1000 + 1}},
+    ),
+    ("department cpu past 2^53", "POST", "/api/v1/departments", {"quota": {"cpu_milli": 2**53}}),
     ("project limit gpu", "POST", "/api/v1/projects", {"limit": {"gpu": 1e20}}),
     ("department quota memory", "POST", "/api/v1/departments", {"quota": {"memory": BIG}}),
     ("patched quota gpu", "PATCH", "/api/v1/projects/{p}", {"quota": {"gpu": 1e20}}),
 ]
+
+
+def test_a_large_clusters_quotas_are_stored_as_sent(api_server: LiveServer) -> None:
+    """A department of 10,000 nodes (80,000 GPUs, 256 cores and 1 TiB each) and a project
+    asking for 3,000,000 GPUs: past 2^31 - 1 in milli-GPU, millicores and MiB, stored exactly on
+    both databases (PostgreSQL refused them before migration 0008)."""
+    department, project = unique("wide"), unique("wide")
+    quota = {"gpu": 80_000, "cpu_milli": 2_560_000_000, "memory": "10000T"}
+    with api_server.client() as http:
+        response = http.post(
+            "/api/v1/departments", json={"name": department, "quota": quota, "limit": quota}
+        )
+        assert response.status_code == 201, response.text
+        response = http.post(
+            "/api/v1/projects",
+            json={"name": project, "department": department, "quota": {"gpu": 3_000_000}},
+        )
+        assert response.status_code == 201, response.text
+        read = http.get(f"/api/v1/departments/{department}").json()
+        assert (
+            read["quota"]
+            == read["limit"]
+            == {
+                "gpu_milli": 80_000_000,
+                "cpu_milli": 2_560_000_000,
+                "memory_mib": 10_000 * 1024**2,
+            }
+        )
+        read = http.get(f"/api/v1/projects/{project}").json()
+        assert read["quota"]["gpu_milli"] == 3_000_000_000
 
 
 @pytest.mark.parametrize(
@@ -290,8 +326,9 @@ OVERSIZED: list[tuple[str, str, str, dict[str, Any]]] = [
 def test_amounts_too_big_to_store_are_refused_not_a_server_error(
     api_server: LiveServer, method: str, path: str, body: dict[str, Any]
 ) -> None:
-    """Amounts that pass the parsers but not the database's integer columns (64-bit on
-    SQLite, 32-bit on PostgreSQL) must be refused with 422, not crash the request with 500."""
+    """Amounts that pass the parsers but not the database's integer columns (a task's are
+    32-bit on PostgreSQL, quotas 64-bit) must be refused with 422, not crash the request with
+    500."""
     project = unique("big")
     name = unique("n")
     with api_server.client() as http:

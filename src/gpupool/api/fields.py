@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from gpupool.api import limits
+from gpupool.units import MAX_QUOTA
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
 Name = Annotated[
@@ -40,6 +41,8 @@ LabelValue = Annotated[
 ]
 NonNeg = Annotated[int, Field(ge=0, le=2**31 - 1)]
 Pos = Annotated[int, Field(ge=1, le=2**31 - 1)]
+QuotaAmount = Annotated[int, Field(ge=0, le=MAX_QUOTA)]
+"""A quota's or limit's amount (millicores): 64-bit in the database, see `units.MAX_QUOTA`."""
 Priority = Annotated[int, Field(ge=-1_000_000, le=1_000_000)]
 Quantity = Annotated[str, Field(max_length=limits.QUANTITY_MAX)]
 """An amount written as text (`0.5`, `80G`); parsed by the field's own validator."""

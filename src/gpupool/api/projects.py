@@ -5,8 +5,8 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from gpupool.api import limits
-from gpupool.api.fields import Name, NonNeg, Priority, Quantity, _In, _Out
-from gpupool.units import parse_gpu_quota, parse_memory_mib
+from gpupool.api.fields import Name, NonNeg, Priority, Quantity, QuotaAmount, _In, _Out
+from gpupool.units import MAX_QUOTA, parse_gpu_quota, parse_memory_mib
 
 
 def _gpu_quota(value: object) -> int:
@@ -18,7 +18,7 @@ class AmountsIn(_In):
     `64G` or MiB."""
 
     gpu: float | Quantity | None = Field(default=None, examples=[4, 2.5])
-    cpu_milli: NonNeg | None = None
+    cpu_milli: QuotaAmount | None = None
     memory: Quantity | int | None = Field(default=None, examples=["64G"])
 
     _short = field_validator("gpu", "memory", mode="before")(limits.quantity_text)
@@ -34,7 +34,7 @@ class AmountsIn(_In):
     @classmethod
     def _memory(cls, value: str | int | None) -> str | int | None:
         if value is not None:
-            parse_memory_mib(value)
+            parse_memory_mib(value, MAX_QUOTA)
         return value
 
     @property
@@ -43,7 +43,7 @@ class AmountsIn(_In):
 
     @property
     def memory_mib(self) -> int | None:
-        return None if self.memory is None else parse_memory_mib(self.memory)
+        return None if self.memory is None else parse_memory_mib(self.memory, MAX_QUOTA)
 
 
 class Amounts(_Out):

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Engine,
     Float,
@@ -33,6 +34,13 @@ from sqlalchemy.orm import (
     relationship,
     sessionmaker,
 )
+
+WideInteger = BigInteger().with_variant(Integer(), "sqlite")
+"""A 64-bit integer for amounts that sum a cluster: a department's quota (10,000 nodes of 1 TiB
+are 10^10 MiB) and an hour's history sums (720 steps of 3,000 GPUs in milli-GPU pass 2^31); and
+for the ids of the tables with a row per device and minute. PostgreSQL's `integer` is 32-bit, so
+these are `bigint` there (migration 0008); SQLite's INTEGER already holds 64 bits and keeps its
+name (an `INTEGER PRIMARY KEY` is the row id)."""
 
 
 class Base(DeclarativeBase):
@@ -84,14 +92,14 @@ class ProjectRow(Base):
     name: Mapped[str] = mapped_column(String(63), unique=True)
     is_department: Mapped[bool] = mapped_column(Boolean)
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("projects.id"), index=True)
-    quota_gpu_milli: Mapped[int] = mapped_column(Integer)
-    quota_cpu_milli: Mapped[int] = mapped_column(Integer)
-    quota_memory_mib: Mapped[int] = mapped_column(Integer)
+    quota_gpu_milli: Mapped[int] = mapped_column(WideInteger)
+    quota_cpu_milli: Mapped[int] = mapped_column(WideInteger)
+    quota_memory_mib: Mapped[int] = mapped_column(WideInteger)
     over_quota_weight: Mapped[int] = mapped_column(Integer)
     has_limit: Mapped[bool] = mapped_column(Boolean)
-    limit_gpu_milli: Mapped[int | None] = mapped_column(Integer)
-    limit_cpu_milli: Mapped[int | None] = mapped_column(Integer)
-    limit_memory_mib: Mapped[int | None] = mapped_column(Integer)
+    limit_gpu_milli: Mapped[int | None] = mapped_column(WideInteger)
+    limit_cpu_milli: Mapped[int | None] = mapped_column(WideInteger)
+    limit_memory_mib: Mapped[int | None] = mapped_column(WideInteger)
     priority: Mapped[int] = mapped_column(Integer)
     min_runtime_s: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[float] = mapped_column(Float)
@@ -255,7 +263,8 @@ class UsageRow(Base):
         Index("ix_usage_bucket", "bucket_s"),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(WideInteger, primary_key=True)
+    """64-bit: a row per device and minute uses up 32 bits of ids within weeks at scale."""
     bucket_s: Mapped[float] = mapped_column(Float)
     node: Mapped[str] = mapped_column(String(63))
     device_index: Mapped[int] = mapped_column(Integer)
@@ -274,7 +283,8 @@ class UsageRow(Base):
 class _HistorySums:
     """Sums over the samples folded into one history bucket; divide by `samples` for the
     average. Utilization is summed only over samples where it was known (`utilized_samples`),
-    so a cluster without utilization data shows it as unknown, never as 0."""
+    so a cluster without utilization data shows it as unknown, never as 0. A device's sums fit
+    32 bits (at most 1,000 milli a step); the cluster's and a project's are `WideInteger`."""
 
     samples: Mapped[int] = mapped_column(Integer)
     allocated_milli_sum: Mapped[int] = mapped_column(Integer)
@@ -294,7 +304,9 @@ class ProjectHistoryRow(_HistorySums, Base):
     resolution_s: Mapped[int] = mapped_column(Integer)
     bucket_s: Mapped[float] = mapped_column(Float)
     project_id: Mapped[int] = mapped_column(Integer)
-    requested_milli_sum: Mapped[int] = mapped_column(Integer)
+    allocated_milli_sum: Mapped[int] = mapped_column(WideInteger)
+    utilized_milli_sum: Mapped[int] = mapped_column(WideInteger)
+    requested_milli_sum: Mapped[int] = mapped_column(WideInteger)
 
 
 class ClusterHistoryRow(_HistorySums, Base):
@@ -306,9 +318,11 @@ class ClusterHistoryRow(_HistorySums, Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     resolution_s: Mapped[int] = mapped_column(Integer)
     bucket_s: Mapped[float] = mapped_column(Float)
-    capacity_milli_sum: Mapped[int] = mapped_column(Integer)
-    pending_workloads_sum: Mapped[int] = mapped_column(Integer)
-    pending_milli_sum: Mapped[int] = mapped_column(Integer)
+    allocated_milli_sum: Mapped[int] = mapped_column(WideInteger)
+    utilized_milli_sum: Mapped[int] = mapped_column(WideInteger)
+    capacity_milli_sum: Mapped[int] = mapped_column(WideInteger)
+    pending_workloads_sum: Mapped[int] = mapped_column(WideInteger)
+    pending_milli_sum: Mapped[int] = mapped_column(WideInteger)
 
 
 class DeviceHistoryRow(_HistorySums, Base):
@@ -317,7 +331,8 @@ class DeviceHistoryRow(_HistorySums, Base):
     __tablename__ = "history_device"
     __table_args__ = (UniqueConstraint("resolution_s", "bucket_s", "node", "device_index"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(WideInteger, primary_key=True)
+    """64-bit, as `UsageRow.id`."""
     resolution_s: Mapped[int] = mapped_column(Integer)
     bucket_s: Mapped[float] = mapped_column(Float)
     node: Mapped[str] = mapped_column(String(63))

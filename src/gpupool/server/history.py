@@ -59,6 +59,7 @@ __all__ = [
     "FRESH_S",
     "HOUR_RETENTION_S",
     "HOUR_S",
+    "MAX_UNWRITTEN_DEVICE_SUMS",
     "MAX_UNWRITTEN_MINUTES",
     "MINUTE_RETENTION_S",
     "MINUTE_S",
@@ -90,6 +91,10 @@ RECENT_S = 60.0
 """What the metrics call the last minute."""
 MAX_UNWRITTEN_MINUTES = 1440
 """Minutes kept in memory while the database refuses them; older ones are dropped."""
+MAX_UNWRITTEN_DEVICE_SUMS = 500_000
+"""Device rows kept in memory while the database refuses them (a few hundred bytes each): past
+this the oldest minutes keep only their cluster's and projects' sums. At 10,000 nodes a minute
+holds 80,000 devices, and a day of them would not fit in memory."""
 
 
 T = TypeVar("T")
@@ -167,9 +172,21 @@ class HistoryRecorder:
             self._minutes.setdefault(minute, Bucket(minute)).add(step)
             while len(self._minutes) > MAX_UNWRITTEN_MINUTES:
                 del self._minutes[min(self._minutes)]
+            self._trim_devices()
             self._recent.append(step)
             while self._recent and self._recent[0].at_s <= step.at_s - RECENT_S:
                 self._recent.popleft()
+
+    def _trim_devices(self) -> None:
+        """Drop the oldest minutes' device sums while more than `MAX_UNWRITTEN_DEVICE_SUMS`
+        are kept (the lock held); never the newest minute's, which steps still add to."""
+        kept = sum(len(bucket.devices) for bucket in self._minutes.values())
+        for minute in sorted(self._minutes)[:-1]:
+            if kept <= MAX_UNWRITTEN_DEVICE_SUMS:
+                return
+            bucket = self._minutes[minute]
+            kept -= len(bucket.devices)
+            bucket.devices = {}
 
     def complete(self, now_s: float) -> list[Bucket]:
         """Copies of the minutes that are over at `now_s`, to write inside `writing`."""

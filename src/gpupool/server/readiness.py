@@ -75,7 +75,12 @@ def scheduler_part(state: ServerState) -> ReadyPart:
             ready=False,
             detail=f"the last iteration completed {age:.0f} s ago (limit {limit:.0f} s){error}",
         )
-    return ReadyPart(ready=True, detail=f"the last iteration completed {age:.1f} s ago")
+    history = (
+        f"; the history store is not written, its minutes wait in memory: {loop.history_error}"
+        if loop.history_error
+        else ""
+    )
+    return ReadyPart(ready=True, detail=f"the last iteration completed {age:.1f} s ago{history}")
 
 
 @router.get(

@@ -109,6 +109,9 @@ class SchedulingLoop:
         """When (clock time) the last iteration completed: what `/ready` looks at."""
         self.last_error: str | None = None
         """The last iteration's error, None once one succeeds."""
+        self.history_error: str | None = None
+        """Why the history store's last write failed, None once one succeeds: reported, but
+        the iteration completes (the minutes stay in memory and are written with the next)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -230,7 +233,18 @@ class SchedulingLoop:
             step = history.read_step(session, now, self._facts, fresh)
         self.history.add(step)
         self._metrics.observe_use(self.history.recent())
-        self._write_history()
+        try:
+            self._write_history()
+        except Exception as error:
+            if is_outage(error):
+                raise
+            # A write the database refuses (a value out of its range, a constraint) must not
+            # fail every iteration from then on: `/ready` would take the server out.
+            if self.history_error is None and self._on_error is not None:
+                self._on_error(error)
+            self.history_error = describe(error)
+        else:
+            self.history_error = None
 
     def follow_executor(self) -> None:
         """Nodes that came, went or changed (Kubernetes), and pods someone else created for
