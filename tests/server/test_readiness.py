@@ -102,13 +102,13 @@ def test_a_refused_history_write_leaves_the_server_ready_and_says_so(
         done = loop.iterations
         loop.wake()
         wait_for(lambda: loop.iterations > done, what="an iteration")  # noqa: B023
-    assert loop.last_error is None and loop.history_error is not None
-    assert "history refused" in loop.history_error
+    assert loop.last_error is None and loop.recording_error is not None
+    assert "history refused" in loop.recording_error
     assert len(loop.history.unwritten()) == 3
     response = client.get("/ready")
     assert response.status_code == 200
     detail = response.json()["scheduler"]["detail"]
-    assert "the history store is not written" in detail and "history refused" in detail
+    assert "usage and history are not written" in detail and "history refused" in detail
 
     with app.state.engine.begin() as connection:
         connection.exec_driver_sql("DROP TRIGGER refuse")
@@ -116,13 +116,13 @@ def test_a_refused_history_write_leaves_the_server_ready_and_says_so(
     done = loop.iterations
     loop.wake()
     wait_for(lambda: loop.iterations > done, what="an iteration")
-    assert loop.history_error is None and len(loop.history.unwritten()) == 1
+    assert loop.recording_error is None and len(loop.history.unwritten()) == 1
     with app.state.engine.connect() as connection:
         minutes = connection.exec_driver_sql(
             "SELECT count(*) FROM history_cluster WHERE resolution_s = 60"
         ).scalar()
     assert minutes == 3
-    assert "history" not in client.get("/ready").json()["scheduler"]["detail"]
+    assert "not written" not in client.get("/ready").json()["scheduler"]["detail"]
 
 
 def test_a_locked_database_answers_503_with_retry_after(tmp_path: Path) -> None:

@@ -3,8 +3,10 @@ and workload as time averages."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 from sqlalchemy.orm import Session
 
@@ -21,8 +23,17 @@ ADMIN = Principal(1, "admin", Role.ADMIN, frozenset())
 T0 = 1_700_000_040.0  # on a minute boundary
 
 
-def _setup(tmp_path: Path) -> Session:
-    engine = make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Both databases: the minute's rows are added to by an upsert written per dialect."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'db.sqlite'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+def _setup(database_url: str) -> Session:
+    engine = make_engine(database_url)
     migrate.upgrade(engine)
     writer, _ = make_sessionmakers(engine)
     session = writer()
@@ -49,8 +60,8 @@ def _setup(tmp_path: Path) -> Session:
     return session
 
 
-def test_device_use_is_attributed_to_the_workloads_by_their_share(tmp_path: Path) -> None:
-    session = _setup(tmp_path)
+def test_device_use_is_attributed_to_the_workloads_by_their_share(database_url: str) -> None:
+    session = _setup(database_url)
     samples = [
         UsageSample(T0 + 5 * i, "n1", device, percent, 1000)
         for i in range(12)
@@ -70,8 +81,8 @@ def test_device_use_is_attributed_to_the_workloads_by_their_share(tmp_path: Path
     assert [p.key for p in only_a.summary] == ["a/half"]
 
 
-def test_a_workload_running_half_the_time_averages_half(tmp_path: Path) -> None:
-    session = _setup(tmp_path)
+def test_a_workload_running_half_the_time_averages_half(database_url: str) -> None:
+    session = _setup(database_url)
     first = [UsageSample(T0 + 5 * i, "n1", 0, 100, 0) for i in range(6)]
     usage.record(session, first, T0 + 30)
     session.query(TaskRow).filter(TaskRow.launch_id == "other-half").delete()
@@ -85,10 +96,10 @@ def test_a_workload_running_half_the_time_averages_half(tmp_path: Path) -> None:
     assert recent_projects["a"] == 500  # half of a busy device, then alone at 50%
 
 
-def test_without_any_sample_utilization_is_unknown_never_zero(tmp_path: Path) -> None:
+def test_without_any_sample_utilization_is_unknown_never_zero(database_url: str) -> None:
     """Kubernetes without Prometheus gives no samples: null in `/top` and an empty `/usage`,
     "-" in `gpupool top`, while allocation is still shown."""
-    session = _setup(tmp_path)
+    session = _setup(database_url)
     node = session.query(NodeRow).one()
     session.add_all(DeviceRow(node_id=node.id, device_index=i, memory_mib=80000) for i in (0, 1))
     session.flush()
@@ -113,19 +124,19 @@ def test_without_any_sample_utilization_is_unknown_never_zero(tmp_path: Path) ->
     assert node_line.split()[3:] == ["0:1", "1:0"]  # index:allocated, no ",N%"
 
 
-def test_memory_is_the_peak_over_the_minute(tmp_path: Path) -> None:
+def test_memory_is_the_peak_over_the_minute(database_url: str) -> None:
     """Rows of a minute are added to (in bulk) as samples come: counts grow, memory peaks."""
-    session = _setup(tmp_path)
+    session = _setup(database_url)
     for offset, memory in ((0, 500), (5, 2000), (10, 1000)):
         usage.record(session, [UsageSample(T0 + offset, "n1", 0, 30, memory)], T0 + 15)
     [device] = usage.report(session, "device", T0, 60, None).summary
     assert (device.memory_used_max_mib, device.utilized_gpu_milli) == (2000, 300)
 
 
-def test_nodes_and_top_show_each_devices_memory_peak_of_the_last_minutes(tmp_path: Path) -> None:
+def test_nodes_and_top_show_each_devices_memory_peak_of_the_last_minutes(database_url: str) -> None:
     """What the samples say a device held reaches `/nodes` and `/top` (the dashboard's memory
     meter): the peak over the recent window, per device; a device without samples stays null."""
-    session = _setup(tmp_path)
+    session = _setup(database_url)
     session.add_all(
         DeviceRow(node_id=session.query(NodeRow).one().id, device_index=i, memory_mib=80000)
         for i in (0, 1)
@@ -143,3 +154,38 @@ def test_nodes_and_top_show_each_devices_memory_peak_of_the_last_minutes(tmp_pat
     ]
     top = cluster.top(session, T0 + 120, {}, None, None, {}, devices)
     assert [d.memory_used_mib for d in top.nodes[0].devices] == [3011, None]
+
+
+def test_a_minute_folded_in_memory_writes_what_each_batch_would_have(database_url: str) -> None:
+    """The loop folds samples in memory and writes a minute once it is over (`UsageFold`);
+    that minute reads the same as one written batch by batch (`record`)."""
+    session = _setup(database_url)
+    held = cluster.charges(session)
+    batches = [
+        [UsageSample(T0 + 5 * i, "n1", d, 10 * i + d, 100 * i) for d in (0, 1)] for i in range(12)
+    ]
+    fold = usage.UsageFold()
+    for batch in batches:
+        usage.record(session, batch, T0 + 60)
+        fold.add([dataclasses.replace(s, at_s=s.at_s + 60) for s in batch], held)
+    assert len(fold) == 4  # two devices' rows and two workloads' on device 0
+    usage.write(session, fold.rows(T0 + 120), T0 + 120)
+    fold.written(T0 + 120)
+    assert len(fold) == 0
+    for by in ("device", "project", "workload"):
+        first = usage.report(session, by, T0, 60, None).points
+        second = usage.report(session, by, T0 + 60, 60, None).points
+        assert [
+            p.model_copy(update={"bucket_start": 0}) for p in first if p.bucket_start == T0
+        ] == [p.model_copy(update={"bucket_start": 0}) for p in second]
+
+
+def test_a_fold_keeps_its_newest_minutes_when_trimmed() -> None:
+    fold = usage.UsageFold()
+    for minute in range(3):
+        fold.add([UsageSample(T0 + 60 * minute + d, "n1", d, 50, 0) for d in range(4)], [])
+    assert fold.minutes() == [T0, T0 + 60, T0 + 120]
+    fold.trim(5)
+    assert fold.minutes() == [T0 + 120] and len(fold) == 4
+    fold.trim(0)
+    assert fold.minutes() == [T0 + 120]  # the minute steps still add to stays

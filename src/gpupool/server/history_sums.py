@@ -76,17 +76,29 @@ class Bucket:
                 self.projects[project.project_id] = sums
             sums.add(project.allocated_milli, project.utilized_milli)
             sums.requested += project.requested_milli
-        for device in step.devices:
-            sums = self.devices.setdefault((device.node, device.index), Sums(samples=before))
-            sums.add(device.allocated_milli, device.utilized_milli)
-            sums.memory_max_mib = max(sums.memory_max_mib, device.memory_used_mib)
+        devices = self.devices
+        # `Sums.add` written out, and a device's `Sums` made only when new: 80,000 devices a
+        # step at 10,000 nodes.
+        for node, index, allocated, utilized, memory_mib in step.devices:
+            key = (node, index)
+            sums = devices.get(key)
+            if sums is None:
+                sums = devices[key] = Sums(samples=before)
+            sums.samples += 1
+            sums.allocated += allocated
+            if utilized is not None:
+                sums.utilized += utilized
+                sums.utilized_samples += 1
+            if memory_mib > sums.memory_max_mib:
+                sums.memory_max_mib = memory_mib
         for sums in self.projects.values():
             if sums.samples == before:
                 sums.samples += 1
                 sums.utilized_samples += step.measured
-        for sums in self.devices.values():
-            if sums.samples == before:
-                sums.samples += 1
+        if len(devices) > len(step.devices):
+            for sums in devices.values():
+                if sums.samples == before:
+                    sums.samples += 1
 
     def merge(self, other: Bucket) -> None:
         self.cluster.merge(other.cluster)

@@ -78,7 +78,7 @@ class UseCollector:
         for project, milli in sorted(recent.projects.items()):
             projects.add_metric([project], milli / 1000)
         for device in recent.devices:
-            labels = [device.node, str(device.index)]
+            labels = [device.node, str(device.device_index)]
             device_allocated.add_metric(labels, device.allocated_milli / 1000)
             if device.utilized_milli is not None:
                 device_utilization.add_metric(labels, device.utilized_milli / 10)

@@ -75,12 +75,12 @@ def scheduler_part(state: ServerState) -> ReadyPart:
             ready=False,
             detail=f"the last iteration completed {age:.0f} s ago (limit {limit:.0f} s){error}",
         )
-    history = (
-        f"; the history store is not written, its minutes wait in memory: {loop.history_error}"
-        if loop.history_error
+    recording = (
+        f"; usage and history are not written, their minutes wait in memory: {loop.recording_error}"
+        if loop.recording_error
         else ""
     )
-    return ReadyPart(ready=True, detail=f"the last iteration completed {age:.1f} s ago{history}")
+    return ReadyPart(ready=True, detail=f"the last iteration completed {age:.1f} s ago{recording}")
 
 
 @router.get(

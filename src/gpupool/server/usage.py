@@ -9,6 +9,9 @@ a device at 40% is 400 milli-GPU utilized, whatever is allocated on it.
 
 from __future__ import annotations
 
+import functools
+import json
+import math
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from typing import cast
@@ -17,14 +20,11 @@ from sqlalchemy import (
     ColumnElement,
     Table,
     and_,
-    bindparam,
     case,
     delete,
     distinct,
     func,
-    insert,
     select,
-    update,
 )
 from sqlalchemy.orm import Session
 
@@ -44,96 +44,153 @@ _DEVICE = ""
 """`project` and `workload` of a device's own row."""
 
 
-def _charges(session: Session) -> dict[tuple[str, int], list[Charge]]:
-    """Who is charged what on each (node, device), from the running tasks."""
-    by_device: dict[tuple[str, int], list[Charge]] = defaultdict(list)
-    for charge in charges(session, (TaskState.RUNNING.value,)):
-        by_device[(charge.node, charge.device)].append(charge)
-    return by_device
+_UPSERT_COLUMNS = (
+    "bucket_s", "node", "device_index", "project", "workload", "project_id", "samples",
+    "allocated_milli_sum", "utilized_milli_sum", "memory_used_max_mib",
+)  # fmt: skip
 
 
-def record(session: Session, samples: Sequence[UsageSample], now_s: float) -> None:
-    """Fold `samples` into the per-minute rows; drop rows older than the retention."""
+_PG_TYPES = ("float8", "text", "int4", "text", "text", "int4", "int4", "int8", "int8", "int4")
+"""The PostgreSQL type of each of `_UPSERT_COLUMNS` (`json_to_recordset` reads them)."""
+
+
+@functools.cache
+def _upsert(dialect: str) -> str:
+    """Insert a minute's row, or add to the one there. Reading the minute's rows and updating
+    them by id through SQLAlchemy took 3.6 s every 5 s at 10,000 nodes (136,000 rows, most of
+    it building parameters). SQLite: one statement a row, run by the driver's `executemany`.
+    PostgreSQL: one statement over the rows as one JSON text (`json_to_recordset`), where
+    `executemany` spent 30 µs a row in the driver's pipeline and arrays of text 20 µs."""
+    if dialect == "sqlite":
+        rows, greatest = f"VALUES ({', '.join(['?'] * len(_UPSERT_COLUMNS))})", "max"
+    else:
+        record = ", ".join(f"{c} {t}" for c, t in zip(_UPSERT_COLUMNS, _PG_TYPES, strict=True))
+        rows = f"SELECT * FROM json_to_recordset(%s::json) AS r({record})"
+        greatest = "GREATEST"
+    return (
+        f"INSERT INTO usage ({', '.join(_UPSERT_COLUMNS)}) {rows} "
+        "ON CONFLICT (bucket_s, node, device_index, project, workload) DO UPDATE SET "
+        "samples = usage.samples + excluded.samples, "
+        "allocated_milli_sum = usage.allocated_milli_sum + excluded.allocated_milli_sum, "
+        "utilized_milli_sum = usage.utilized_milli_sum + excluded.utilized_milli_sum, "
+        f"memory_used_max_mib = {greatest}(usage.memory_used_max_mib, "
+        "excluded.memory_used_max_mib)"
+    )
+
+
+Key = tuple[float, str, int, str, str]
+"""A usage row: (minute, node, device index, project, workload); a device's own row has an
+empty project and workload."""
+
+
+class UsageFold:
+    """Samples folded into per-minute rows in memory, until they are written (`rows`,
+    `written`). The loop writes a minute once it is over: one row write per device and
+    workload a minute rather than every few seconds (at 10,000 nodes 141,000 rows every 5 s,
+    and on PostgreSQL as many dead row versions). Not thread-safe: the loop's thread only."""
+
+    def __init__(self) -> None:
+        self._rows: dict[Key, list[int]] = {}
+        """Per row: samples, allocated milli sum, utilized milli sum, memory peak MiB."""
+        self._project_ids: dict[str, int | None] = {}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def add(self, samples: Sequence[UsageSample], held: Sequence[Charge]) -> None:
+        """Fold `samples`, attributing each device's utilization to the running tasks of
+        `held` on it in proportion to their charges."""
+        on: dict[tuple[str, int], list[Charge]] = defaultdict(list)
+        project_ids = self._project_ids
+        for charge in held:
+            if charge.running:
+                on[(charge.node, charge.device)].append(charge)
+                project_ids[charge.project] = charge.project_id
+        rows = self._rows
+        none: list[Charge] = []
+        for sample in samples:
+            minute = float(int(sample.at_s // BUCKET_S) * BUCKET_S)
+            node, index = sample.node, sample.device_index
+            on_device = on.get((node, index), none)
+            allocated = 0
+            for charge in on_device:
+                allocated += charge.milli
+            if allocated > MILLI_PER_GPU:
+                allocated = MILLI_PER_GPU
+            used = min(MILLI_PER_GPU, sample.utilization_percent * MILLI_PER_GPU // 100)
+            key: Key = (minute, node, index, _DEVICE, _DEVICE)
+            entry = rows.get(key)
+            if entry is None:
+                entry = rows[key] = [0, 0, 0, 0]
+            entry[0] += 1
+            entry[1] += allocated
+            entry[2] += used
+            if sample.memory_used_mib > entry[3]:
+                entry[3] = sample.memory_used_mib
+            for charge in on_device:
+                key = (minute, node, index, charge.project, charge.workload)
+                entry = rows.get(key)
+                if entry is None:
+                    entry = rows[key] = [0, 0, 0, 0]
+                entry[0] += 1
+                entry[1] += charge.milli
+                entry[2] += used * charge.milli // allocated if allocated else 0
+
+    def minutes(self) -> list[float]:
+        return sorted({key[0] for key in self._rows})
+
+    def rows(self, before_s: float = math.inf) -> list[tuple[object, ...]]:
+        """The rows of the minutes that start before `before_s`, as `write` takes them."""
+        project_ids = self._project_ids
+        return [
+            (*key, project_ids.get(key[3]), *entry)
+            for key, entry in self._rows.items()
+            if key[0] < before_s
+        ]
+
+    def trim(self, max_rows: int) -> None:
+        """Drop the oldest minutes while more than `max_rows` rows are kept (the newest minute
+        always stays)."""
+        minutes = self.minutes()
+        while len(self._rows) > max_rows and len(minutes) > 1:
+            oldest = minutes.pop(0)
+            self._rows = {key: entry for key, entry in self._rows.items() if key[0] != oldest}
+
+    def written(self, before_s: float = math.inf) -> None:
+        """Forget the rows `rows(before_s)` gave, once they are committed."""
+        self._rows = {key: entry for key, entry in self._rows.items() if key[0] >= before_s}
+        if not self._rows:
+            self._project_ids = {}
+
+
+def record(
+    session: Session,
+    samples: Sequence[UsageSample],
+    now_s: float,
+    held: Sequence[Charge] | None = None,
+) -> None:
+    """Fold `samples` into the per-minute rows in the database at once; drop rows older than
+    the retention. `held`: the charges of the tasks holding devices now
+    (`services.cluster.charges`); read here when not given. The loop folds in memory instead
+    (`UsageFold`) and writes a minute when it is over."""
     if not samples:
         return
-    charges = _charges(session)
-    increments: dict[tuple[float, str, int, str, str], list[int]] = {}
-    project_ids = {c.project: c.project_id for on in charges.values() for c in on}
+    fold = UsageFold()
+    fold.add(samples, charges(session, (TaskState.RUNNING.value,)) if held is None else held)
+    write(session, fold.rows(), now_s)
 
-    def add(key: tuple[float, str, int, str, str], allocated: int, used: int, mem: int) -> None:
-        entry = increments.setdefault(key, [0, 0, 0, 0])
-        entry[0] += 1
-        entry[1] += allocated
-        entry[2] += used
-        entry[3] = max(entry[3], mem)
 
-    for sample in samples:
-        bucket = float(int(sample.at_s // BUCKET_S) * BUCKET_S)
-        on_device = charges.get((sample.node, sample.device_index), [])
-        allocated = min(MILLI_PER_GPU, sum(charge.milli for charge in on_device))
-        used = min(MILLI_PER_GPU, sample.utilization_percent * MILLI_PER_GPU // 100)
-        add(
-            (bucket, sample.node, sample.device_index, _DEVICE, _DEVICE),
-            allocated,
-            used,
-            sample.memory_used_mib,
-        )
-        for charge in on_device:
-            share = used * charge.milli // allocated if allocated else 0
-            key = (bucket, sample.node, sample.device_index, charge.project, charge.workload)
-            add(key, charge.milli, share, 0)
-    buckets = sorted({key[0] for key in increments})
-    c = USAGE.c
-    existing = {
-        (bucket, node, device, project, workload): row_id
-        for row_id, bucket, node, device, project, workload in session.execute(
-            select(c.id, c.bucket_s, c.node, c.device_index, c.project, c.workload).where(
-                c.bucket_s.in_(buckets)
-            )
-        ).all()
-    }
-    inserts: list[dict[str, object]] = []
-    updates: list[dict[str, object]] = []
-    for key, (count, allocated, used, memory) in increments.items():
-        row_id = existing.get(key)
-        if row_id is None:
-            inserts.append(
-                {
-                    "bucket_s": key[0],
-                    "node": key[1],
-                    "device_index": key[2],
-                    "project": key[3],
-                    "workload": key[4],
-                    "project_id": project_ids.get(key[3]),
-                    "samples": count,
-                    "allocated_milli_sum": allocated,
-                    "utilized_milli_sum": used,
-                    "memory_used_max_mib": memory,
-                }
-            )
-        else:
-            updates.append(
-                {"b_id": row_id, "b_count": count, "b_alloc": allocated, "b_used": used}
-                | {"b_memory": memory}
-            )
-    # Core statements, many rows each: a large cluster's minute is thousands of rows.
-    if inserts:
-        session.execute(insert(USAGE), inserts)
-    if updates:
-        session.connection().execute(
-            update(USAGE)
-            .where(c.id == bindparam("b_id"))
-            .values(
-                samples=c.samples + bindparam("b_count"),
-                allocated_milli_sum=c.allocated_milli_sum + bindparam("b_alloc"),
-                utilized_milli_sum=c.utilized_milli_sum + bindparam("b_used"),
-                memory_used_max_mib=case(
-                    (c.memory_used_max_mib < bindparam("b_memory"), bindparam("b_memory")),
-                    else_=c.memory_used_max_mib,
-                ),
-            ),
-            updates,
-        )
+def write(session: Session, rows: Sequence[tuple[object, ...]], now_s: float) -> None:
+    """Add `rows` (`UsageFold.rows`) into the per-minute rows; drop rows past the retention."""
+    connection = session.connection()
+    dialect = connection.dialect.name
+    if not rows:
+        pass
+    elif dialect == "sqlite":
+        connection.exec_driver_sql(_upsert(dialect), list(rows))
+    else:
+        records = [dict(zip(_UPSERT_COLUMNS, row, strict=True)) for row in rows]
+        connection.exec_driver_sql(_upsert(dialect), (json.dumps(records),))
     session.execute(delete(UsageRow).where(UsageRow.bucket_s < now_s - RETENTION_S))
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from sqlalchemy import Row, delete, func, insert, select
+from sqlalchemy import Row, Text, cast, delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from gpupool.api.schemas import (
@@ -118,39 +119,86 @@ class Charge:
     milli: int
     """Milli-GPU on this device (1000 for a whole device)."""
     project_id: int | None = None
+    running: bool = True
+    """The task is running (not starting or stopping): only running tasks are charged a
+    device's utilization (`usage`)."""
+
+
+_DEVICE_LISTS: dict[str, tuple[int, ...]] = {}
+"""A task row's `devices` as stored (JSON text) -> the devices: a cluster's tasks hold a few
+hundred distinct lists (`[0]`, `[2, 3]`, ...), and parsing each row's was a third of reading
+the charges of 45,000 tasks."""
+
+
+def _device_list(text: str | None) -> tuple[int, ...]:
+    """Nothing for a value that is not a list of device numbers (a row written by hand): its
+    charges are not worth a failed read of everyone's."""
+    if text is None:
+        return ()
+    devices = _DEVICE_LISTS.get(text)
+    if devices is None:
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        ok = isinstance(parsed, list) and all(type(d) is int for d in parsed)
+        devices = tuple(parsed) if ok and isinstance(parsed, list) else ()
+        if len(_DEVICE_LISTS) >= 4096:
+            _DEVICE_LISTS.clear()
+        _DEVICE_LISTS[text] = devices
+    return devices
 
 
 def charges(session: Session, states: tuple[str, ...] = _HOLDING) -> list[Charge]:
-    """One per (task in `states`, device it holds)."""
-    rows = session.execute(
-        select(
-            TaskRow.node,
-            TaskRow.devices,
-            TaskRow.burst_device,
-            WorkloadRow.name,
-            WorkloadRow.gpu_kind,
-            WorkloadRow.gpu_amount,
-            ProjectRow.name,
-            NodeRow.gpu_memory_mib,
-            ProjectRow.id,
+    """One per (task in `states`, device it holds). Read through the connection, not the ORM:
+    at 10,000 nodes 45,000 tasks, and the ORM's row handling was a third of the read."""
+    rows = (
+        session.connection()
+        .execute(
+            select(
+                TaskRow.node,
+                cast(TaskRow.devices, Text),
+                TaskRow.burst_device,
+                WorkloadRow.name,
+                WorkloadRow.gpu_kind,
+                WorkloadRow.gpu_amount,
+                ProjectRow.name,
+                NodeRow.gpu_memory_mib,
+                ProjectRow.id,
+                TaskRow.state,
+            )
+            .join(WorkloadRow, WorkloadRow.id == TaskRow.workload_id)
+            .join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
+            .join(NodeRow, NodeRow.name == TaskRow.node)
+            .where(TaskRow.state.in_(states))
         )
-        .join(WorkloadRow, WorkloadRow.id == TaskRow.workload_id)
-        .join(ProjectRow, ProjectRow.id == WorkloadRow.project_id)
-        .join(NodeRow, NodeRow.name == TaskRow.node)
-        .where(TaskRow.state.in_(states))
-    ).all()
-    return [
-        Charge(
-            node,
-            device,
-            project,
-            workload,
-            min(MILLI_PER_GPU, gpu_request(kind, amount, None).milli_on(memory_mib)),
-            project_id,
-        )
-        for node, devices, burst, workload, kind, amount, project, memory_mib, project_id in rows
-        for device in physical_devices(devices, burst)
-    ]
+        .all()
+    )
+    running = TaskState.RUNNING.value
+    milli_of: dict[tuple[str, int, int], int] = {}
+    """(kind, amount, device memory) -> milli-GPU charged per device: a few shapes."""
+    result: list[Charge] = []
+    for (
+        node,
+        devices,
+        burst,
+        workload,
+        kind,
+        amount,
+        project,
+        memory_mib,
+        project_id,
+        state,
+    ) in rows:
+        milli = milli_of.get((kind, amount, memory_mib))
+        if milli is None:
+            milli = min(MILLI_PER_GPU, gpu_request(kind, amount, None).milli_on(memory_mib))
+            milli_of[(kind, amount, memory_mib)] = milli
+        on = physical_devices(_device_list(devices), burst)
+        is_running = state == running
+        for device in on:
+            result.append(Charge(node, device, project, workload, milli, project_id, is_running))
+    return result
 
 
 Shares = dict[tuple[str, int], dict[tuple[str, str], int]]
