@@ -108,7 +108,13 @@ def test_a_refused_history_write_leaves_the_server_ready_and_says_so(
     response = client.get("/ready")
     assert response.status_code == 200
     detail = response.json()["scheduler"]["detail"]
-    assert "usage and history are not written" in detail and "history refused" in detail
+    assert "not recorded, kept in memory meanwhile: history: " in detail
+    assert "history refused" in detail
+    app.clock.advance(1)  # an iteration without a step or a write: the error stays
+    done = loop.iterations
+    loop.wake()
+    wait_for(lambda: loop.iterations > done, what="an iteration")
+    assert loop.recording_error is not None and "history refused" in loop.recording_error
 
     with app.state.engine.begin() as connection:
         connection.exec_driver_sql("DROP TRIGGER refuse")
@@ -122,7 +128,7 @@ def test_a_refused_history_write_leaves_the_server_ready_and_says_so(
             "SELECT count(*) FROM history_cluster WHERE resolution_s = 60"
         ).scalar()
     assert minutes == 3
-    assert "not written" not in client.get("/ready").json()["scheduler"]["detail"]
+    assert "not recorded" not in client.get("/ready").json()["scheduler"]["detail"]
 
 
 def test_a_locked_database_answers_503_with_retry_after(tmp_path: Path) -> None:

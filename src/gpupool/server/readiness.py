@@ -75,11 +75,8 @@ def scheduler_part(state: ServerState) -> ReadyPart:
             ready=False,
             detail=f"the last iteration completed {age:.0f} s ago (limit {limit:.0f} s){error}",
         )
-    recording = (
-        f"; usage and history are not written, their minutes wait in memory: {loop.recording_error}"
-        if loop.recording_error
-        else ""
-    )
+    failing = loop.recording_error
+    recording = f"; not recorded, kept in memory meanwhile: {failing}" if failing else ""
     return ReadyPart(ready=True, detail=f"the last iteration completed {age:.1f} s ago{recording}")
 
 

@@ -117,10 +117,8 @@ class SchedulingLoop:
         """When (clock time) the last iteration completed: what `/ready` looks at."""
         self.last_error: str | None = None
         """The last iteration's error, None once one succeeds."""
-        self.recording_error: str | None = None
-        """Why the last write of the usage rows or the history store failed, None once one
-        succeeds: reported, but the iteration completes (the minutes stay in memory and are
-        written with the next)."""
+        self._recording_errors: dict[str, str] = {}
+        """Per part ("usage", "history"): why its last write failed (`recording_error`)."""
         self._usage = usage.UsageFold()
         """The usage rows not written yet (`_write_usage`)."""
         self._usage_written_s = -math.inf
@@ -155,15 +153,17 @@ class SchedulingLoop:
                     if self._on_error is not None:
                         self._on_error(error)
 
-    def _write_history(self, everything: bool = False) -> None:
+    def _write_history(self, everything: bool = False) -> bool:
         """Write the history minutes that are over (`everything`: the current one too, at
-        shutdown). On a failure they stay in memory and are written with the next ones."""
+        shutdown); whether there were any. On a failure they stay in memory and are written
+        with the next ones."""
         now = self._clock.now_s()
         minutes = self.history.unwritten() if everything else self.history.complete(now)
         if not minutes:
-            return
+            return False
         with self.history.writing(minutes), self._writer.begin() as session:
             history.write(session, minutes, now)
+        return True
 
     def _may_run(self) -> bool:
         """Without leader election: always. With it: while leading, after taking over."""
@@ -234,7 +234,8 @@ class SchedulingLoop:
     def record_usage(self) -> None:
         """Fold the executor's device samples into the per-minute usage rows (per workload),
         and record a step of the history store when one is due; write the minutes that are
-        over. A write the database refuses is reported, and its minutes wait in memory. The
+        over. A write the database refuses is reported (`recording_error`), and its minutes
+        wait in memory. The
         collector is paused for it, as for the cycle: at 10,000 nodes a step makes a few
         hundred thousand short-lived objects (charges, device points, rows), and the passes
         they set off walk the loop's snapshot cache (`benchmarks/server_recording.py`)."""
@@ -260,29 +261,38 @@ class SchedulingLoop:
         if step is not None:
             self.history.add(step)
             self._metrics.observe_use(self.history.recent())
-        try:
-            self._write_usage()
-            if step is not None:
-                self._write_history()
-        except Exception as error:
-            if is_outage(error):
-                raise
-            # A write the database refuses (a value out of its range, a constraint) must not
-            # fail every iteration from then on: `/ready` would take the server out.
-            if self.recording_error is None and self._on_error is not None:
-                self._on_error(error)
-            self.recording_error = describe(error)
-        else:
-            self.recording_error = None
+        writes = (("usage", self._write_usage), ("history", self._write_history))
+        for part, write in writes[: 2 if step is not None else 1]:
+            try:
+                wrote = write()
+            except Exception as error:
+                if is_outage(error):
+                    raise
+                # A write the database refuses (a value out of its range, a constraint) must
+                # not fail every iteration from then on: `/ready` would take the server out.
+                if part not in self._recording_errors and self._on_error is not None:
+                    self._on_error(error)
+                self._recording_errors[part] = describe(error)
+            else:
+                if wrote:
+                    self._recording_errors.pop(part, None)
 
-    def _write_usage(self, everything: bool = False) -> None:
+    @property
+    def recording_error(self) -> str | None:
+        """Why the last write of the usage rows or of the history store failed (each until one
+        of its writes succeeds), None when neither did: reported once, and the iteration
+        completes (the minutes stay in memory and are written with the next)."""
+        errors = self._recording_errors
+        return "; ".join(f"{part}: {why}" for part, why in errors.items()) if errors else None
+
+    def _write_usage(self, everything: bool = False) -> bool:
         """Write the usage minutes that are over, and everything folded once `USAGE_WRITE_S`
         passed since the last such write (`everything`: now, at shutdown): a row is added to
         in the database at most every 15 s, and `top` is at most that far behind. On a failure
         the rows stay in memory, the oldest minutes dropped past `MAX_UNWRITTEN_USAGE_ROWS`."""
         fold = self._usage
         if not len(fold):
-            return
+            return False
         now = self._clock.now_s()
         if everything or not now - USAGE_WRITE_S < self._usage_written_s <= now:
             before = math.inf
@@ -290,7 +300,7 @@ class SchedulingLoop:
             before = history.bucket_of(now, usage.BUCKET_S)
         rows = fold.rows(before)
         if not rows:
-            return
+            return False
         try:
             with self._writer.begin() as session:
                 usage.write(session, rows, now)
@@ -300,6 +310,7 @@ class SchedulingLoop:
         fold.written(before)
         if before == math.inf:
             self._usage_written_s = now
+        return True
 
     def follow_executor(self) -> None:
         """Nodes that came, went or changed (Kubernetes), and pods someone else created for
