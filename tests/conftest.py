@@ -1,7 +1,8 @@
 """Fixtures shared by all the tests.
 
 PostgreSQL: `postgres_server` is one real server per test session (`tests/pgserver.py`),
-started only when a test asks for it; `postgres_url` is a fresh empty database on it per test.
+started only when a test asks for it; `postgres_url` is a fresh empty database on it per test,
+and `database_url` runs a test on SQLite and again on PostgreSQL.
 Without the PostgreSQL binaries those tests skip, except on CI (CI=true), where they fail.
 
 Server: `live_server` is a real `gpupool server` (uvicorn child process, simulated nodes 2x4,
@@ -44,6 +45,16 @@ def postgres_url(
     url = postgres_server.create_database(name)
     yield url
     postgres_server.drop_database(name)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of an empty database, once SQLite (a file in the test's directory) and once
+    PostgreSQL (`postgres_url`): for tests of what the two must do alike."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'db.sqlite'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
 
 
 @pytest.fixture

@@ -3,23 +3,12 @@ and running them again is a no-op (the server runs them at every start)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
 from gpupool.server import migrate
 from gpupool.server.db import Base, make_engine
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'db.sqlite'}"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
 
 
 def test_migrations_match_the_models(database_url: str) -> None:

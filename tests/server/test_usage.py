@@ -4,9 +4,7 @@ and workload as time averages."""
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
-import pytest
 from rich.console import Console
 from sqlalchemy.orm import Session
 
@@ -21,15 +19,6 @@ from gpupool.server.services import cluster, projects, workloads
 
 ADMIN = Principal(1, "admin", Role.ADMIN, frozenset())
 T0 = 1_700_000_040.0  # on a minute boundary
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Both databases: the minute's rows are added to by an upsert written per dialect."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'db.sqlite'}"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
 
 
 def _setup(database_url: str) -> Session:

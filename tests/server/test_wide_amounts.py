@@ -27,13 +27,9 @@ GPUS = 80_000  # 10,000 nodes x 8
 TIB_MIB = 1024**2
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    else:
-        url = request.getfixturevalue("postgres_url")
-    made = make_engine(url)
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    made = make_engine(database_url)
     migrate.upgrade(made)
     yield made
     made.dispose()
