@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, case, delete, insert, select, update
+from sqlalchemy import Table, delete
 from sqlalchemy.orm import Session
 
+from gpupool.server import upsert
 from gpupool.server.db import ClusterHistoryRow, DeviceHistoryRow, ProjectHistoryRow
 from gpupool.server.history_sums import Bucket, Sums, bucket_of
 
@@ -103,44 +104,21 @@ def _add_rows(
     resolution_s: int,
     rows: list[tuple[float, tuple[Any, ...], dict[str, int]]],
 ) -> None:
-    """Insert each row, or add its sums to the row already there (maxima for `_max_` columns).
-    Only the leader writes history, so a read-then-write needs no lock beyond the transaction."""
+    """Insert each row, or add its sums to the row already there (maxima for `_max_` columns),
+    in one statement (`upsert.add_rows`: at 10,000 nodes a minute is 80,000 device rows)."""
     if not rows:
         return
-    buckets = sorted({bucket for bucket, _, _ in rows})
-    existing = {
-        (row[1], *row[2:]): row[0]
-        for row in session.execute(
-            select(table.c.id, table.c.bucket_s, *(table.c[c] for c in key_columns)).where(
-                table.c.resolution_s == resolution_s, table.c.bucket_s.in_(buckets)
-            )
-        )
-    }
-    inserts: list[dict[str, Any]] = []
-    updates: list[dict[str, Any]] = []
-    for bucket, key, values in rows:
-        row_id = existing.get((bucket, *key))
-        if row_id is None:
-            inserts.append(
-                {"resolution_s": resolution_s, "bucket_s": bucket}
-                | dict(zip(key_columns, key, strict=True))
-                | values
-            )
-        else:
-            updates.append({"b_id": row_id} | {f"b_{name}": v for name, v in values.items()})
-    if inserts:
-        session.execute(insert(table), inserts)
-    if updates:
-        columns = list(updates[0])[1:]
-        assignments: dict[str, Any] = {}
-        for bound in columns:
-            name = bound[2:]
-            if "_max_" in name:
-                assignments[name] = case(
-                    (table.c[name] < bindparam(bound), bindparam(bound)), else_=table.c[name]
-                )
-            else:
-                assignments[name] = table.c[name] + bindparam(bound)
-        session.connection().execute(
-            update(table).where(table.c.id == bindparam("b_id")).values(assignments), updates
-        )
+    names = tuple(rows[0][2])
+    sums = tuple(name for name in names if "_max_" not in name)
+    peaks = tuple(name for name in names if "_max_" in name)
+    upsert.add_rows(
+        session.connection(),
+        table,
+        [
+            (resolution_s, bucket, *key, *(values[n] for n in sums), *(values[n] for n in peaks))
+            for bucket, key, values in rows
+        ],
+        keys=("resolution_s", "bucket_s", *key_columns),
+        sums=sums,
+        peaks=peaks,
+    )

@@ -9,8 +9,6 @@ a device at 40% is 400 milli-GPU utilized, whatever is allocated on it.
 
 from __future__ import annotations
 
-import functools
-import json
 import math
 from collections import defaultdict
 from collections.abc import Collection, Sequence
@@ -31,6 +29,7 @@ from sqlalchemy.orm import Session
 from gpupool.api.schemas import TaskState, UsageOut, UsagePoint
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.executors.base import UsageSample
+from gpupool.server import upsert
 from gpupool.server.db import UsageRow
 from gpupool.server.services.cluster import Charge, RecentDevice, charges
 
@@ -42,40 +41,6 @@ RECENT_S = 300
 
 _DEVICE = ""
 """`project` and `workload` of a device's own row."""
-
-
-_UPSERT_COLUMNS = (
-    "bucket_s", "node", "device_index", "project", "workload", "project_id", "samples",
-    "allocated_milli_sum", "utilized_milli_sum", "memory_used_max_mib",
-)  # fmt: skip
-
-
-_PG_TYPES = ("float8", "text", "int4", "text", "text", "int4", "int4", "int8", "int8", "int4")
-"""The PostgreSQL type of each of `_UPSERT_COLUMNS` (`json_to_recordset` reads them)."""
-
-
-@functools.cache
-def _upsert(dialect: str) -> str:
-    """Insert a minute's row, or add to the one there. Reading the minute's rows and updating
-    them by id through SQLAlchemy took 3.6 s every 5 s at 10,000 nodes (136,000 rows, most of
-    it building parameters). SQLite: one statement a row, run by the driver's `executemany`.
-    PostgreSQL: one statement over the rows as one JSON text (`json_to_recordset`), where
-    `executemany` spent 30 µs a row in the driver's pipeline and arrays of text 20 µs."""
-    if dialect == "sqlite":
-        rows, greatest = f"VALUES ({', '.join(['?'] * len(_UPSERT_COLUMNS))})", "max"
-    else:
-        record = ", ".join(f"{c} {t}" for c, t in zip(_UPSERT_COLUMNS, _PG_TYPES, strict=True))
-        rows = f"SELECT * FROM json_to_recordset(%s::json) AS r({record})"
-        greatest = "GREATEST"
-    return (
-        f"INSERT INTO usage ({', '.join(_UPSERT_COLUMNS)}) {rows} "
-        "ON CONFLICT (bucket_s, node, device_index, project, workload) DO UPDATE SET "
-        "samples = usage.samples + excluded.samples, "
-        "allocated_milli_sum = usage.allocated_milli_sum + excluded.allocated_milli_sum, "
-        "utilized_milli_sum = usage.utilized_milli_sum + excluded.utilized_milli_sum, "
-        f"memory_used_max_mib = {greatest}(usage.memory_used_max_mib, "
-        "excluded.memory_used_max_mib)"
-    )
 
 
 Key = tuple[float, str, int, str, str]
@@ -182,15 +147,15 @@ def record(
 
 def write(session: Session, rows: Sequence[tuple[object, ...]], now_s: float) -> None:
     """Add `rows` (`UsageFold.rows`) into the per-minute rows; drop rows past the retention."""
-    connection = session.connection()
-    dialect = connection.dialect.name
-    if not rows:
-        pass
-    elif dialect == "sqlite":
-        connection.exec_driver_sql(_upsert(dialect), list(rows))
-    else:
-        records = [dict(zip(_UPSERT_COLUMNS, row, strict=True)) for row in rows]
-        connection.exec_driver_sql(_upsert(dialect), (json.dumps(records),))
+    upsert.add_rows(
+        session.connection(),
+        USAGE,
+        rows,
+        keys=("bucket_s", "node", "device_index", "project", "workload"),
+        kept=("project_id",),
+        sums=("samples", "allocated_milli_sum", "utilized_milli_sum"),
+        peaks=("memory_used_max_mib",),
+    )
     session.execute(delete(UsageRow).where(UsageRow.bucket_s < now_s - RETENTION_S))
 
 
