@@ -50,9 +50,10 @@ empty project and workload."""
 
 class UsageFold:
     """Samples folded into per-minute rows in memory, until they are written (`rows`,
-    `written`). The loop writes a minute once it is over: one row write per device and
-    workload a minute rather than every few seconds (at 10,000 nodes 141,000 rows every 5 s,
-    and on PostgreSQL as many dead row versions). Not thread-safe: the loop's thread only."""
+    `written`). The loop writes them every 15 s and when their minute is over
+    (`SchedulingLoop._write_usage`) rather than at every sample (at 10,000 nodes 141,000 rows
+    every 5 s, and on PostgreSQL as many dead row versions). Not thread-safe: the loop's
+    thread only."""
 
     def __init__(self) -> None:
         self._rows: dict[Key, list[int]] = {}
@@ -137,7 +138,7 @@ def record(
     """Fold `samples` into the per-minute rows in the database at once; drop rows older than
     the retention. `held`: the charges of the tasks holding devices now
     (`services.cluster.charges`); read here when not given. The loop folds in memory instead
-    (`UsageFold`) and writes a minute when it is over."""
+    (`UsageFold`) and writes every 15 s."""
     if not samples:
         return
     fold = UsageFold()
