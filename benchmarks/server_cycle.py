@@ -210,16 +210,22 @@ class _Steps:
             setattr(module, name, original)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+def cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--nodes`, `--seed` and `--database-url`: the seeded cluster and where it lives (also
+    `server_recording.py`'s)."""
     parser.add_argument("--nodes", type=int, default=1000, help="nodes of 8 GPUs (1000)")
-    parser.add_argument("--cycles", type=int, default=4, help="cycles to run (4)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--database-url",
         help="an empty database to seed and run on (PostgreSQL: postgresql://...); default: "
         "SQLite in a temporary directory",
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    cluster_arguments(parser)
+    parser.add_argument("--cycles", type=int, default=4, help="cycles to run (4)")
     parser.add_argument(
         "--clock",
         choices=("cpu", "wall"),

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from server_cycle import NOW_S, seed, synthetic_snapshot
+from server_cycle import NOW_S, cluster_arguments, seed, synthetic_snapshot
 
 from gpupool.clock import FakeClock
 from gpupool.executors.base import UsageSample
@@ -58,14 +58,8 @@ class _Sampled(SimulatedExecutor):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--nodes", type=int, default=1000, help="nodes of 8 GPUs (1000)")
+    cluster_arguments(parser)
     parser.add_argument("--steps", type=int, default=14, help="5-s steps to record (14)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--database-url",
-        help="an empty database to seed and run on (PostgreSQL: postgresql://...); default: "
-        "SQLite in a temporary directory",
-    )
     args = parser.parse_args(argv)
     if args.nodes < 1 or args.steps < 1:
         parser.error("--nodes and --steps must be at least 1")
