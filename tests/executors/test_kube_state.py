@@ -318,6 +318,20 @@ def test_work_on_a_removed_node_ends_and_its_pods_are_cleaned_up() -> None:
     assert ended.stopped and "removed" in ended.reason
 
 
+def test_a_node_removed_before_the_bind_requeues_its_work_rather_than_failing_it() -> None:
+    """The node goes between the scheduler's decision and the pod's bind: the launch ends as
+    stopped (the workload runs again elsewhere), not as a failure of the workload."""
+    state = state_with_node()
+    job = launch()
+    state.add_launches([job], 0)
+    state.created(job.launch_id)
+    state.on_node(DELETED, gpu_node(), 1)
+    assert not state.plan(2).binds
+    (ended,) = state.exits()
+    assert ended.stopped and ended.exit_code == 137
+    assert ended.reason == "its node n1 was removed before its pod was bound"
+
+
 def test_cordoned_node_reports_its_state_and_taint() -> None:
     state = state_with_node()
     cordoned = gpu_node()

@@ -270,6 +270,8 @@ def install_gpupool_accounts(client: Client, namespace: str = "gpupool-system") 
 
 
 POOL_LABEL = "gpupool.test/pool"
+LOG_TAIL_LINES = 80
+"""How much of the server's log a failed test prints."""
 
 
 class GpupoolOnKubernetes:
@@ -333,6 +335,10 @@ class GpupoolOnKubernetes:
         if self.http is not None:
             self.http.close()
         self.process.stop()
+        if error is not None:
+            # pytest shows a failed test's captured output: the server's side of the failure
+            print(f"--- the last lines of the gpupool server's log ({self.process.log_path}):")
+            print("\n".join(self.log().splitlines()[-LOG_TAIL_LINES:]))
         for namespace in list(self.cluster.namespace_labels_with_prefix(self.pool)):
             self.cluster.forget_namespace(namespace)
 

@@ -269,15 +269,27 @@ def test_deleted_node_requeues_its_work(cluster: Cluster, tmp_path: Path) -> Non
         second = gp.node("n2", gpus=1)
         cluster.wait_node_ready(second)
         cluster.client.delete(Node, first)
-        wait_for(
-            "the job to run again on the other node",
-            lambda: (
-                (tasks := gp.workload("team", "job")["task_list"])
-                and tasks[-1]["node"] == second
-                and tasks[-1]["state"] == "running"
-            ),
-            timeout_s=60,
-        )
+
+        def rerun() -> list[dict[str, Any]] | None:
+            tasks: list[dict[str, Any]] = gp.workload("team", "job")["task_list"]
+            if tasks[-1]["node"] == second and tasks[-1]["state"] == "running":
+                return tasks
+            seen.append(tasks)
+            return None
+
+        seen: list[list[dict[str, Any]]] = []
+        try:
+            wait_for("the job to run again on the other node", rerun, timeout_s=60)
+        except AssertionError as error:
+            pods = [
+                (
+                    pod.metadata and pod.metadata.name,
+                    pod.spec and pod.spec.nodeName,
+                    pod.status and pod.status.phase,
+                )
+                for pod in gp.pods("team")
+            ]
+            raise AssertionError(f"{error}; its tasks: {seen[-1:]}; pods: {pods}") from None
         first_task: dict[str, Any] = gp.workload("team", "job")["task_list"][0]
         assert first_task["state"] == "done" and first == first_task["node"]
 

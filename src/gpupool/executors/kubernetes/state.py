@@ -269,7 +269,10 @@ class ClusterState(WatchedCluster):
         view = self.nodes.get(record.node)
         if view is None:
             if record.node in self._node_gone_at:
-                self.failed(record.launch_id, f"its node {record.node} was removed", now_s)
+                # Not the workload's failure: it runs again elsewhere, as when the node goes
+                # under a bound pod (`_end_gone`).
+                reason = f"its node {record.node} was removed before its pod was bound"
+                self._end(record, 137, reason, now_s, stopped=True)
             return None
         annotations = [
             (o.LAUNCH_ID, record.launch_id),
