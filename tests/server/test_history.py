@@ -309,6 +309,30 @@ def test_the_loop_records_allocation_and_modelled_utilization(tmp_path: Path) ->
     assert 'gpupool_device_utilization_percent{device="0",node="sim-1"}' in metrics
 
 
+def test_the_loop_records_the_pending_work_of_its_last_cycle(tmp_path: Path) -> None:
+    """The cluster's pending work in each step is what the cycle before it left waiting (its
+    facts are made only when a step is due)."""
+    cluster = Cluster(tmp_path)
+    cluster.project("a", 4)
+    cluster.submit("a", "train", gpu=4)
+    cluster.submit("a", "pair", gpu=2)  # waits: the 4 GPUs are taken
+    cluster.submit("a", "half", gpu=0.5)  # waits too
+    cluster.loop.run_once()
+    cluster.clock.advance(55)
+    cluster.run(65)  # the minute T0 + 60
+    cluster.submit("a", "more", gpu=1)  # from the minute T0 + 120 on, three wait
+    cluster.run(120)
+    with cluster.reader() as session:
+        minutes = {
+            row.bucket_s: (row.samples, row.pending_workloads_sum, row.pending_milli_sum)
+            for row in session.scalars(
+                select(ClusterHistoryRow).where(ClusterHistoryRow.resolution_s == 60)
+            )
+        }
+    assert minutes[T0 + 60] == (12, 12 * 2, 12 * 2500)
+    assert minutes[T0 + 120] == (12, 12 * 3, 12 * 3500)
+
+
 def test_with_no_samples_utilization_is_null_never_zero(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path, sample=False)
     cluster.project("a", 2)

@@ -33,12 +33,18 @@ class CycleFacts:
     @staticmethod
     def of(result: CycleResult, snapshot: Snapshot) -> CycleFacts:
         memory_mib = max((node.gpu_memory_mib for node in snapshot.nodes), default=81920)
-        by_name = {w.name: w for w in snapshot.workloads}
-        pending = [by_name[name] for name in result.pending_reasons if name in by_name]
+        reasons = result.pending_reasons
+        # One pass over the workloads, no index of them by name (at 10,000 nodes 130,000,
+        # 77,000 of them pending).
+        pending_workloads = pending_milli = 0
+        for workload in snapshot.workloads:
+            if workload.name in reasons:
+                pending_workloads += 1
+                pending_milli += workload.gpu.milli_on(memory_mib) * workload.tasks
         return CycleFacts(
             capacity_milli=sum(node.gpu_count for node in snapshot.nodes) * MILLI_PER_GPU,
-            pending_workloads=len(pending),
-            pending_milli=sum(w.gpu.milli_on(memory_mib) * w.tasks for w in pending),
+            pending_workloads=pending_workloads,
+            pending_milli=pending_milli,
             projects=tuple(
                 (share.name, share.holding.gpu_milli, share.demand.gpu_milli)
                 for share in result.projects

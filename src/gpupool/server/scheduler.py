@@ -36,7 +36,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpupool.clock import Clock
 from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import CycleResult, EvictionCause, ProjectShare
-from gpupool.core.model import SchedulerSettings
+from gpupool.core.model import SchedulerSettings, Snapshot
 from gpupool.executors.base import DiscoversWorkloads, Executor, NodeInventory
 from gpupool.gcpause import collector_paused
 from gpupool.server import exits, external, history, isolation, persist, quarantine, usage
@@ -103,7 +103,12 @@ class SchedulingLoop:
         """With leader election, iterations run only while this replica leads; each time it
         starts leading it first takes over (nodes, recovery) as at a start."""
         self.history = history.HistoryRecorder()
+        self._outcome: tuple[CycleResult, Snapshot] | None = None
+        """The last cycle's result and snapshot: the history's next step reads their facts
+        (`CycleFacts`), made only when a step is due (every 5 s), not after every cycle (about
+        30 ms at 10,000 nodes)."""
         self._facts: history.CycleFacts | None = None
+        """`_outcome`'s facts, once made."""
         self._announce = announce or (lambda message: None)
         self._launches = Launches(writer, executor, clock, self._announce)
         self._backoff = Backoff()
@@ -246,14 +251,19 @@ class SchedulingLoop:
         samples = self._executor.usage_samples()
         self.history.observe(samples)
         now = self._clock.now_s()
-        facts = self._facts
-        due = facts is not None and self.history.due(now)
+        outcome = self._outcome
+        due = outcome is not None and self.history.due(now)
+        facts = None
+        if due and outcome is not None:
+            facts = self._facts
+            if facts is None:
+                facts = self._facts = history.CycleFacts.of(*outcome)
         step = None
         if samples or due:
             # One read of who holds what, for both: at 10,000 nodes 45,000 tasks' charges.
             with self._reader() as session, session.begin():
                 held = cluster.charges(session)
-                if facts is not None and due:
+                if facts is not None:
                     fresh = self.history.fresh_samples(now)
                     step = history.read_step(session, now, facts, fresh, held)
             if samples:
@@ -393,7 +403,8 @@ class SchedulingLoop:
         duration_s = time.perf_counter() - began
         self.shares = {share.name: share for share in result.projects}
         self.last_cycle = CycleInfo(now, duration_s, len(result.decisions))
-        self._facts = history.CycleFacts.of(result, snapshot)
+        self._outcome = (result, snapshot)
+        self._facts = None
         capacity = sum(node.gpu_count for node in snapshot.nodes)
         self._metrics.observe_cycle(result, duration_s, float(capacity))
         for kind in ("bind", "evict", "move"):
