@@ -4,17 +4,29 @@ and workload as time averages."""
 from __future__ import annotations
 
 import dataclasses
+from collections import defaultdict
+from random import Random
 
+import pytest
 from rich.console import Console
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpupool.api.schemas import ProjectIn, Role, WorkloadIn
+from gpupool.api.schemas import ProjectIn, Role, UsageOut, UsagePoint, WorkloadIn
 from gpupool.cli.nodes import top_view
 from gpupool.cli.usage import usage_view
 from gpupool.executors.base import UsageSample
 from gpupool.server import migrate, usage
 from gpupool.server.auth import Principal
-from gpupool.server.db import DeviceRow, NodeRow, TaskRow, make_engine, make_sessionmakers
+from gpupool.server.db import (
+    DeviceRow,
+    NodeRow,
+    TaskRow,
+    UsageRow,
+    make_engine,
+    make_sessionmakers,
+)
+from gpupool.server.errors import ApiError
 from gpupool.server.services import cluster, projects, workloads
 
 ADMIN = Principal(1, "admin", Role.ADMIN, frozenset())
@@ -178,3 +190,122 @@ def test_a_fold_keeps_its_newest_minutes_when_trimmed() -> None:
     assert fold.minutes() == [T0 + 120] and len(fold) == 4
     fold.trim(0)
     assert fold.minutes() == [T0 + 120]  # the minute steps still add to stays
+
+
+def _report_in_python(
+    session: Session, by: str, since_s: float, bucket_s: int, project_ids: list[int] | None
+) -> UsageOut:
+    """The report as the server computed it before the database summed it: every row of the
+    window read and folded here (the oracle of `test_the_database_sums_what_the_rows_say`)."""
+    rows = session.scalars(select(UsageRow).where(UsageRow.bucket_s >= since_s)).all()
+    device_samples = {
+        (r.bucket_s, r.node, r.device_index): r.samples for r in rows if not r.project
+    }
+    chosen = [
+        r
+        for r in rows
+        if (not r.project) == (by == "device")
+        and (by == "device" or project_ids is None or r.project_id in project_ids)
+    ]
+    sums: dict[tuple[str, float], list[int]] = defaultdict(lambda: [0, 0, 0])
+    span: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for row in chosen:
+        key = (
+            f"{row.node}/{row.device_index}"
+            if by == "device"
+            else row.project
+            if by == "project"
+            else f"{row.project}/{row.workload}"
+        )
+        bucket = float(int(row.bucket_s // bucket_s) * bucket_s)
+        count = max(1, device_samples.get((row.bucket_s, row.node, row.device_index), row.samples))
+        for entry in (sums[(key, bucket)], span[key]):
+            entry[0] += row.allocated_milli_sum // count
+            entry[1] += row.utilized_milli_sum // count
+            entry[2] = max(entry[2], row.memory_used_max_mib)
+    minutes: dict[float, set[float]] = defaultdict(set)
+    for minute, _, _ in device_samples:
+        minutes[float(int(minute // bucket_s) * bucket_s)].add(minute)
+    memory = by == "device"
+    points = [
+        UsagePoint(
+            key=key,
+            bucket_start=bucket,
+            allocated_gpu_milli=a // max(1, len(minutes[bucket])),
+            utilized_gpu_milli=u // max(1, len(minutes[bucket])),
+            memory_used_max_mib=m if memory else None,
+        )
+        for (key, bucket), (a, u, m) in sorted(sums.items())
+    ]
+    span_minutes = max(1, len(device_samples and {m for m, _, _ in device_samples}))
+    summary = [
+        UsagePoint(
+            key=key,
+            bucket_start=since_s,
+            allocated_gpu_milli=a // span_minutes,
+            utilized_gpu_milli=u // span_minutes,
+            memory_used_max_mib=m if memory else None,
+        )
+        for key, (a, u, m) in sorted(span.items())
+    ]
+    return UsageOut(by=by, bucket_s=bucket_s, points=points, summary=summary)
+
+
+def test_the_database_sums_what_the_rows_say(database_url: str) -> None:
+    """A report is summed by the database (a day of a large cluster is millions of rows, which
+    the server once read and folded itself): the same answer as that fold, on three hours of
+    two nodes whose tasks come and go, for every grouping, bucket width, window and project
+    filter."""
+    session = _setup(database_url)
+    session.add(
+        NodeRow(
+            name="n2", executor="local", state="ready", gpu_count=2, gpu_memory_mib=40000,
+            gpu_model=None, cpu_milli=None, memory_mib=None, labels={}, registered_at=T0,
+            heartbeat_at=T0,
+        )
+    )  # fmt: skip
+    session.flush()
+    held = cluster.charges(session)
+    a_id = projects.get_row(session, "a").id
+    extra = [cluster.Charge("n2", 1, "b", "big", 1000, projects.get_row(session, "b").id)]
+    random = Random(7)
+    fold = usage.UsageFold()
+    for step in range(3 * 720):  # three hours, every 5 s
+        at = T0 + 5 * step
+        if step % 37 == 0 and random.random() < 0.3:
+            continue  # a missed sample
+        batch = [
+            UsageSample(at, n, d, random.randrange(0, 101), random.randrange(0, 40000))
+            for n in ("n1", "n2")
+            for d in (0, 1)
+        ]
+        # the big job runs in the second hour only; the halves all along
+        fold.add(batch, held + (extra if 720 <= step < 1440 else []))
+    usage.write(session, fold.rows(), T0 + 3 * 3600)
+    for by in ("device", "project", "workload"):
+        for since, bucket_s, ids in (
+            (T0, 60, None),
+            (T0 + 1234, 300, None),
+            (T0, 3600, [a_id]),
+            (T0 - 86_400, 86_400, None),
+            (T0 + 3 * 3600, 60, None),  # nothing in the window
+        ):
+            expected = _report_in_python(session, by, since, bucket_s, ids)
+            assert usage.report(session, by, since, bucket_s, ids) == expected, (by, since)
+    assert len(usage.report(session, "device", T0, 60, None).points) == 4 * 180
+
+
+def test_a_report_past_its_points_is_refused_with_the_fix(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = _setup(database_url)
+    usage.record(
+        session, [UsageSample(T0 + 60 * m, "n1", d, 50, 0) for m in range(3) for d in (0, 1)],
+        T0 + 180,
+    )  # fmt: skip
+    monkeypatch.setattr(usage, "MAX_POINTS", 5)
+    assert len(usage.report(session, "device", T0, 3600, None).points) == 2
+    with pytest.raises(ApiError) as refused:
+        usage.report(session, "device", T0, 60, None)  # 2 devices x 3 minutes
+    assert refused.value.status == 422 and refused.value.field == "bucket_s"
+    assert "more than 5 points: ask for wider buckets" in refused.value.detail

@@ -88,8 +88,12 @@ def usage(
                 f"per-workload samples are kept {WORKLOAD_DAYS} days: use a shorter --since, "
                 "or --by project for longer"
             )
+        # Only the averages over the whole range are shown: one bucket of it (a day at most),
+        # not a point per workload and minute.
         with connect() as client:
-            report = client.usage(by="workload", minutes=minutes, bucket_s=60)
+            report = client.usage(
+                by="workload", minutes=minutes, bucket_s=min(86_400, 60 * minutes)
+            )
         show(report, json_output, lambda: usage_view(report, minutes))
         return
     range_ = label if label in RANGES else None

@@ -12,18 +12,23 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Collection, Sequence
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
+    FromClause,
     Table,
     and_,
     case,
     delete,
     distinct,
     func,
+    literal,
+    null,
     select,
 )
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.orm import Session
 
 from gpupool.api.schemas import TaskState, UsageOut, UsagePoint
@@ -31,6 +36,7 @@ from gpupool.core.model import MILLI_PER_GPU
 from gpupool.executors.base import UsageSample
 from gpupool.server import upsert
 from gpupool.server.db import UsageRow
+from gpupool.server.errors import invalid
 from gpupool.server.services.cluster import Charge, RecentDevice, charges
 
 USAGE = cast(Table, UsageRow.__table__)
@@ -172,6 +178,12 @@ def write(session: Session, rows: Sequence[tuple[object, ...]], now_s: float) ->
     session.execute(delete(UsageRow).where(UsageRow.bucket_s < now_s - RETENTION_S))
 
 
+MAX_POINTS = 100_000
+"""The most (key, bucket) points one report answers: a window of per-minute rows is summed by
+the database, never read into the server (at 1,000 nodes a day is 20 million rows), and what
+comes back is bounded too; a report past it is refused with the fix (wider buckets)."""
+
+
 def report(
     session: Session,
     by: str,
@@ -179,73 +191,103 @@ def report(
     bucket_s: int,
     project_ids: Collection[int] | None,
 ) -> UsageOut:
-    """Average allocation and utilization per `by` (device, project, workload) and bucket.
+    """Average allocation and utilization per `by` (device, project, workload) and bucket,
+    summed by the database. `ApiError` 422 past `MAX_POINTS`.
 
     `project_ids` limits project and workload rows to those projects (researchers: by id, so
     not an earlier project of the same name); devices are shown to everyone."""
+    c = USAGE.c
+    own = c.project == _DEVICE
+    # A bucket is a number of whole seconds: the minutes' starts are whole, and integer
+    # division is the same on SQLite and PostgreSQL (a float's CAST rounds on PostgreSQL).
+    width = literal(bucket_s, BigInteger)
+    bucket = (sql_cast(c.bucket_s, BigInteger) // width) * width
     # A workload's row counts only the samples taken while it ran; averaging over all of the
     # device's samples in that minute makes it a time average, comparable with the device's.
-    device_samples = {
-        (row.bucket_s, row.node, row.device_index): row.samples
-        for row in session.scalars(
-            select(UsageRow).where(UsageRow.bucket_s >= since_s, UsageRow.project == _DEVICE)
+    if by == "device":
+        keys: tuple[ColumnElement[Any], ...] = (c.node, c.device_index)
+        count = _at_least_1(c.samples)
+        source: FromClause = USAGE
+        where = [c.bucket_s >= since_s, own]
+        memory: ColumnElement[Any] = func.max(c.memory_used_max_mib)
+    else:
+        keys = (c.project,) if by == "project" else (c.project, c.workload)
+        device = USAGE.alias("device")
+        d = device.c
+        on_device = and_(
+            d.bucket_s == c.bucket_s,
+            d.node == c.node,
+            d.device_index == c.device_index,
+            d.project == _DEVICE,
+            d.workload == _DEVICE,
+        )
+        count = _at_least_1(func.coalesce(d.samples, c.samples))
+        source = USAGE.outerjoin(device, on_device)
+        where = [c.bucket_s >= since_s, c.project != _DEVICE]
+        if project_ids is not None:
+            where.append(c.project_id.in_(sorted(project_ids)))
+        memory = null()
+    query = (
+        select(
+            *keys,
+            bucket.label("bucket"),
+            func.sum(c.allocated_milli_sum // count),
+            func.sum(c.utilized_milli_sum // count),
+            memory,
+        )
+        .select_from(source)
+        .where(*where)
+        .group_by(*keys, bucket)
+        .limit(MAX_POINTS + 1)
+    )
+    rows = session.execute(query).all()
+    if len(rows) > MAX_POINTS:
+        raise invalid(
+            f"usage by {by} in buckets of {bucket_s} s comes to more than {MAX_POINTS:,} "
+            "points: ask for wider buckets (bucket_s, up to 86400) or fewer minutes",
+            "bucket_s",
+        )
+    per_bucket = {
+        float(start): int(minutes)
+        for start, minutes in session.execute(
+            select(bucket, func.count(distinct(c.bucket_s)))
+            .where(c.bucket_s >= since_s, own)
+            .group_by(bucket)
         )
     }
-    query = select(UsageRow).where(UsageRow.bucket_s >= since_s)
-    if by == "device":
-        query = query.where(UsageRow.project == _DEVICE)
-    else:
-        query = query.where(UsageRow.project != _DEVICE)
-        if project_ids is not None:
-            query = query.where(UsageRow.project_id.in_(sorted(project_ids)))
-    # Per (key, bucket): a device row is one device; a project sums its workloads' devices.
-    sums: dict[tuple[str, float], list[int]] = defaultdict(lambda: [0, 0, 0])
+    sums: dict[tuple[str, float], tuple[int, int, int | None]] = {}
     span: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    for row in session.scalars(query):
-        key = _key(row, by)
-        bucket = float(int(row.bucket_s // bucket_s) * bucket_s)
-        count = max(1, device_samples.get((row.bucket_s, row.node, row.device_index), row.samples))
-        average_allocated = row.allocated_milli_sum // count
-        average_used = row.utilized_milli_sum // count
-        for entry in (sums[(key, bucket)], span[key]):
-            entry[0] += average_allocated
-            entry[1] += average_used
-            entry[2] = max(entry[2], row.memory_used_max_mib)
-    minutes_per_bucket: dict[float, set[float]] = defaultdict(set)
-    for minute, _, _ in device_samples:
-        minutes_per_bucket[float(int(minute // bucket_s) * bucket_s)].add(minute)
-    points = []
-    for (key, bucket), (allocated, used, memory) in sorted(sums.items()):
-        count = max(1, len(minutes_per_bucket[bucket]))
-        points.append(
-            UsagePoint(
-                key=key,
-                bucket_start=bucket,
-                allocated_gpu_milli=allocated // count,
-                utilized_gpu_milli=used // count,
-                memory_used_max_mib=memory if by == "device" else None,
-            )
+    for row in rows:
+        key = "/".join(str(part) for part in row[: len(keys)])
+        start, allocated, used, peak = row[len(keys) :]
+        allocated, used = int(allocated or 0), int(used or 0)
+        sums[(key, float(start))] = (allocated, used, None if peak is None else int(peak))
+        entry = span[key]
+        entry[0] += allocated
+        entry[1] += used
+        entry[2] = max(entry[2], int(peak or 0))
+    points = [
+        UsagePoint(
+            key=key,
+            bucket_start=start,
+            allocated_gpu_milli=allocated // max(1, per_bucket.get(start, 0)),
+            utilized_gpu_milli=used // max(1, per_bucket.get(start, 0)),
+            memory_used_max_mib=peak if by == "device" else None,
         )
-    span_minutes = max(1, len({minute for minute, _, _ in device_samples}))
+        for (key, start), (allocated, used, peak) in sorted(sums.items())
+    ]
+    span_minutes = max(1, sum(per_bucket.values()))
     summary = [
         UsagePoint(
             key=key,
             bucket_start=since_s,
             allocated_gpu_milli=allocated // span_minutes,
             utilized_gpu_milli=used // span_minutes,
-            memory_used_max_mib=memory if by == "device" else None,
+            memory_used_max_mib=peak if by == "device" else None,
         )
-        for key, (allocated, used, memory) in sorted(span.items())
+        for key, (allocated, used, peak) in sorted(span.items())
     ]
     return UsageOut(by=by, bucket_s=bucket_s, points=points, summary=summary)
-
-
-def _key(row: UsageRow, by: str) -> str:
-    if by == "device":
-        return f"{row.node}/{row.device_index}"
-    if by == "project":
-        return row.project
-    return f"{row.project}/{row.workload}"
 
 
 def recent(
