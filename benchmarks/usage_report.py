@@ -4,8 +4,9 @@
     .venv/bin/python benchmarks/usage_report.py --nodes 300 --hours 6
     PYTHONPATH=OLD/src .venv/bin/python benchmarks/usage_report.py --database-url sqlite:///X
 
-The `usage` table holds a row per (minute, device) and one per (minute, device, workload) for
-14 days: at 100 nodes (800 devices) about 1,400 rows a minute, two million a day. This seeds a
+The `usage` table holds a row per (minute, device) and one per (minute, device, workload), for
+two days (their hours for 14): at 100 nodes (800 devices) about 1,400 rows a minute, two
+million a day. This seeds a
 fresh SQLite database (or the one `--database-url` names, kept when it exists and is seeded:
 `--keep`) with `--hours` of such rows, then asks for the report (`usage.report`) as
 `gpupool usage --by workload --since 24h` and the dashboard's device view would, each in a

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Iterator
 from random import Random
 
 import pytest
+from alembic import command
 from rich.console import Console
-from sqlalchemy import select
+from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
 from gpupool.api.schemas import ProjectIn, Role, UsageOut, UsagePoint, WorkloadIn
@@ -22,6 +24,7 @@ from gpupool.server.db import (
     DeviceRow,
     NodeRow,
     TaskRow,
+    UsageHourRow,
     UsageRow,
     make_engine,
     make_sessionmakers,
@@ -33,11 +36,27 @@ ADMIN = Principal(1, "admin", Role.ADMIN, frozenset())
 T0 = 1_700_000_040.0  # on a minute boundary
 
 
+_OPENED: list[tuple[Session, Engine]] = []
+"""What `_setup` opened, closed after each test (before its database goes): a session left to
+the collector rolls back from a finalizer at any moment, on PostgreSQL into a dropped database."""
+
+
+@pytest.fixture
+def database_url(database_url: str) -> Iterator[str]:
+    """The shared fixture's database, with what the test opened on it closed first."""
+    yield database_url
+    while _OPENED:
+        session, engine = _OPENED.pop()
+        session.close()
+        engine.dispose()
+
+
 def _setup(database_url: str) -> Session:
     engine = make_engine(database_url)
     migrate.upgrade(engine)
     writer, _ = make_sessionmakers(engine)
     session = writer()
+    _OPENED.append((session, engine))
     session.add(
         NodeRow(
             name="n1", executor="local", state="ready", gpu_count=2, gpu_memory_mib=80000,
@@ -309,3 +328,117 @@ def test_a_report_past_its_points_is_refused_with_the_fix(
         usage.report(session, "device", T0, 60, None)  # 2 devices x 3 minutes
     assert refused.value.status == 422 and refused.value.field == "bucket_s"
     assert "more than 5 points: ask for wider buckets" in refused.value.detail
+
+
+def _minute_rows(minutes: range, a_id: int) -> list[tuple[object, ...]]:
+    """Usage rows as the fold gives them (`UsageFold.rows`): device 0 of n1 shared by a/half
+    and b/other-half at 60%, every minute of `minutes` (counted from T0)."""
+    rows: list[tuple[object, ...]] = []
+    for m in minutes:
+        at = T0 + 60 * m
+        used = 600 * 12 if m % 2 else 300 * 12
+        rows.append((at, "n1", 0, "", "", None, 12, 12_000, used, 100 + m % 7))
+        rows.append((at, "n1", 0, "a", "half", a_id, 12, 6000, used // 2, 0))
+        rows.append((at, "n1", 0, "b", "other-half", None, 12, 6000, used // 2, 0))
+    return rows
+
+
+def test_hours_add_up_their_minutes_and_outlive_them(database_url: str) -> None:
+    """Each write adds to the hours' rows too (a late sample reaches its hour); minutes are
+    dropped after two days, hours after 14."""
+    session = _setup(database_url)
+    a_id = projects.get_row(session, "a").id
+    rows = _minute_rows(range(150), a_id)
+    usage.write(session, rows[:200], T0 + 9000)
+    usage.write(session, rows[200:], T0 + 9000)  # the same hour's minutes in a second write
+    usage.write(session, rows[:3], T0 + 9000)  # and a minute again: it adds, to both
+    hours = {
+        (r.bucket_s, r.project): (r.samples, r.allocated_milli_sum, r.utilized_milli_sum)
+        for r in session.scalars(select(UsageHourRow))
+    }
+    minutes = {
+        (r.bucket_s, r.project): (r.samples, r.allocated_milli_sum, r.utilized_milli_sum)
+        for r in session.scalars(select(UsageRow))
+    }
+    first = T0 // 3600 * 3600  # T0 is 840 s past an hour's start
+    for hour in (first, first + 3600, first + 7200):
+        for project in ("", "a", "b"):
+            inside = [
+                v for (m, p), v in minutes.items() if p == project and hour <= m < hour + 3600
+            ]
+            assert hours[(hour, project)] == tuple(map(sum, zip(*inside, strict=True)))
+    peak = session.scalars(
+        select(UsageHourRow.memory_used_max_mib).where(UsageHourRow.project == "")
+    )
+    assert max(peak) == 106
+
+    usage.write(session, [], T0 + 3 * 86_400)  # nothing to add: retention alone does not run
+    usage.write(session, _minute_rows(range(4320, 4321), a_id), T0 + 3 * 86_400)
+    assert {r.bucket_s for r in session.scalars(select(UsageRow))} == {T0 + 60 * 4320}
+    assert len({r.bucket_s for r in session.scalars(select(UsageHourRow))}) == 4
+    usage.write(session, _minute_rows(range(30_000, 30_001), a_id), T0 + 60 * 30_000)
+    last = (T0 + 60 * 30_000) // 3600 * 3600
+    assert {r.bucket_s for r in session.scalars(select(UsageHourRow))} == {last}
+
+
+def test_a_report_beyond_the_minutes_reads_the_hours(database_url: str) -> None:
+    """Three days of rows: a report over the last day reads minutes, one over three days the
+    hours (buckets of whole hours only, with the fix otherwise), the same averages where the
+    sampling was even."""
+    session = _setup(database_url)
+    a_id = projects.get_row(session, "a").id
+    usage.write(session, _minute_rows(range(0, 3 * 1440, 10), a_id), T0 + 3 * 86_400)
+    now = T0 + 3 * 86_400
+    recent_day = usage.report(session, "workload", now - 86_400, 3600, None, now)
+    assert recent_day == _report_in_python(session, "workload", now - 86_400, 3600, None)
+    assert len({p.bucket_start for p in recent_day.points}) == 25  # 24 hours, not aligned
+    with pytest.raises(ApiError) as refused:
+        usage.report(session, "workload", T0, 300, None, now)
+    assert refused.value.status == 422 and "kept per hour" in refused.value.detail
+    three_days = usage.report(session, "workload", T0, 86_400, None, now)
+    assert three_days.summary[0].bucket_start == T0 // 3600 * 3600  # from its hour's start
+    assert [(p.key, p.allocated_gpu_milli, p.utilized_gpu_milli) for p in three_days.summary] == [
+        ("a/half", 500, 150),
+        ("b/other-half", 500, 150),
+    ]
+    by_device = usage.report(session, "device", T0, 3600, None, now)
+    assert by_device.summary[0].memory_used_max_mib == 106
+    assert len(by_device.points) == 73  # a point for each hour the three days touch
+
+
+def test_migration_0009_makes_the_hours_of_the_minutes_kept(database_url: str) -> None:
+    """From 0008 with minute rows in place: their hours are made, so a 14-day report after
+    the upgrade sees what it saw before (minutes older than two days then go)."""
+    engine = make_engine(database_url)
+    _OPENED.append((Session(engine), engine))
+    config = migrate.alembic_config(database_url)
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0008")
+        for minute, project, workload, used in (
+            (T0, "", "", 600), (T0 + 60, "", "", 300), (T0 + 3600, "", "", 900),
+            (T0, "a", "half", 300), (T0 + 60, "a", "half", 150),
+        ):  # fmt: skip
+            connection.execute(
+                text(
+                    "INSERT INTO usage (bucket_s, node, device_index, project, workload, "
+                    "project_id, samples, allocated_milli_sum, utilized_milli_sum, "
+                    "memory_used_max_mib) VALUES (:at, 'n1', 0, :project, :workload, NULL, 12, "
+                    "12000, :used, :used)"
+                ),
+                {"at": minute, "project": project, "workload": workload, "used": used},
+            )
+    migrate.upgrade(engine)
+    with engine.connect() as connection:
+        hours = connection.execute(
+            text(
+                "SELECT bucket_s, project, samples, utilized_milli_sum, memory_used_max_mib "
+                "FROM usage_hours ORDER BY bucket_s, project"
+            )
+        ).all()
+    first = T0 // 3600 * 3600
+    assert [tuple(row) for row in hours] == [
+        (first, "", 24, 900, 600),
+        (first, "a", 24, 450, 300),
+        (first + 3600, "", 12, 900, 900),
+    ]

@@ -70,7 +70,8 @@ def usage(
         UsageBy,
         typer.Option(
             help="project, cluster or device (the history store: per minute for 7 days, per "
-            f"hour for a year), or workload (per-minute samples, kept {WORKLOAD_DAYS} days)."
+            "hour for a year), or workload (samples per minute for 2 days, per hour for "
+            f"{WORKLOAD_DAYS} days)."
         ),
     ] = UsageBy.PROJECT,
     json_output: JsonOption = False,

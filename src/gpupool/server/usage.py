@@ -35,13 +35,19 @@ from gpupool.api.schemas import TaskState, UsageOut, UsagePoint
 from gpupool.core.model import MILLI_PER_GPU
 from gpupool.executors.base import UsageSample
 from gpupool.server import upsert
-from gpupool.server.db import UsageRow
+from gpupool.server.db import UsageHourRow, UsageRow
 from gpupool.server.errors import invalid
 from gpupool.server.services.cluster import Charge, RecentDevice, charges
 
 USAGE = cast(Table, UsageRow.__table__)
+HOURS = cast(Table, UsageHourRow.__table__)
 BUCKET_S = 60
 RETENTION_S = 14 * 24 * 3600
+"""How long the per-hour rows are kept: what a report may reach back to."""
+MINUTE_RETENTION_S = 2 * 24 * 3600
+"""How long the per-minute rows are kept (a report within it reads minutes, one further back
+hours): at 1,000 nodes a minute is about 14,000 rows."""
+HOUR_S = 3600
 RECENT_S = 300
 """What `top` calls "now": the last five minutes."""
 
@@ -165,17 +171,36 @@ def record(
 
 
 def write(session: Session, rows: Sequence[tuple[object, ...]], now_s: float) -> None:
-    """Add `rows` (`UsageFold.rows`) into the per-minute rows; drop rows past the retention."""
-    upsert.add_rows(
-        session.connection(),
-        USAGE,
-        rows,
-        keys=("bucket_s", "node", "device_index", "project", "workload"),
-        kept=("project_id",),
-        sums=("samples", "allocated_milli_sum", "utilized_milli_sum"),
-        peaks=("memory_used_max_mib",),
-    )
-    session.execute(delete(UsageRow).where(UsageRow.bucket_s < now_s - RETENTION_S))
+    """Add `rows` (`UsageFold.rows`) into the per-minute rows and into their hours' rows; drop
+    rows past their retention. (Each write adds to the hours, rather than a roll-up once an
+    hour is over: a sample that comes late, as Prometheus's do, still reaches its hour.)"""
+    hours: dict[tuple[object, ...], list[Any]] = {}
+    for row in cast(Sequence[tuple[Any, ...]], rows):
+        key = (float(int(row[0]) // HOUR_S * HOUR_S), *row[1:5])
+        entry = hours.get(key)
+        if entry is None:
+            hours[key] = list(row[5:])
+        else:  # project_id, samples, allocated, utilized (summed), memory (the peak)
+            entry[1] += row[6]
+            entry[2] += row[7]
+            entry[3] += row[8]
+            entry[4] = max(entry[4], row[9])
+    connection = session.connection()
+    for table, table_rows in (
+        (USAGE, rows),
+        (HOURS, [(*key, *entry) for key, entry in hours.items()]),
+    ):
+        upsert.add_rows(
+            connection,
+            table,
+            table_rows,
+            keys=("bucket_s", "node", "device_index", "project", "workload"),
+            kept=("project_id",),
+            sums=("samples", "allocated_milli_sum", "utilized_milli_sum"),
+            peaks=("memory_used_max_mib",),
+        )
+    session.execute(delete(UsageRow).where(UsageRow.bucket_s < now_s - MINUTE_RETENTION_S))
+    session.execute(delete(UsageHourRow).where(UsageHourRow.bucket_s < now_s - RETENTION_S))
 
 
 MAX_POINTS = 100_000
@@ -190,13 +215,26 @@ def report(
     since_s: float,
     bucket_s: int,
     project_ids: Collection[int] | None,
+    now_s: float | None = None,
 ) -> UsageOut:
     """Average allocation and utilization per `by` (device, project, workload) and bucket,
     summed by the database. `ApiError` 422 past `MAX_POINTS`.
 
+    Since more than `MINUTE_RETENTION_S` before `now_s` the hours' rows are read (from the
+    start of the hour `since_s` falls in), and `bucket_s` must be a multiple of an hour.
     `project_ids` limits project and workload rows to those projects (researchers: by id, so
     not an earlier project of the same name); devices are shown to everyone."""
-    c = USAGE.c
+    table = USAGE
+    if now_s is not None and since_s < now_s - MINUTE_RETENTION_S:
+        if bucket_s % HOUR_S:
+            raise invalid(
+                f"usage older than {MINUTE_RETENTION_S // 86_400} days is kept per hour: ask "
+                f"for buckets of whole hours (bucket_s a multiple of {HOUR_S}), or fewer minutes",
+                "bucket_s",
+            )
+        table = HOURS
+        since_s = float(int(since_s) // HOUR_S * HOUR_S)
+    c = table.c
     own = c.project == _DEVICE
     # A bucket is a number of whole seconds: the minutes' starts are whole, and integer
     # division is the same on SQLite and PostgreSQL (a float's CAST rounds on PostgreSQL).
@@ -207,12 +245,12 @@ def report(
     if by == "device":
         keys: tuple[ColumnElement[Any], ...] = (c.node, c.device_index)
         count = _at_least_1(c.samples)
-        source: FromClause = USAGE
+        source: FromClause = table
         where = [c.bucket_s >= since_s, own]
         memory: ColumnElement[Any] = func.max(c.memory_used_max_mib)
     else:
         keys = (c.project,) if by == "project" else (c.project, c.workload)
-        device = USAGE.alias("device")
+        device = table.alias("device")
         d = device.c
         on_device = and_(
             d.bucket_s == c.bucket_s,
@@ -222,7 +260,7 @@ def report(
             d.workload == _DEVICE,
         )
         count = _at_least_1(func.coalesce(d.samples, c.samples))
-        source = USAGE.outerjoin(device, on_device)
+        source = table.outerjoin(device, on_device)
         where = [c.bucket_s >= since_s, c.project != _DEVICE]
         if project_ids is not None:
             where.append(c.project_id.in_(sorted(project_ids)))

@@ -111,11 +111,12 @@ def usage_report(
     minutes: Annotated[int, Query(ge=1, le=14 * 24 * 60)] = 60,
     bucket_s: Annotated[int, Query(ge=60, le=86_400)] = 300,
 ) -> UsageOut:
-    """Allocated vs utilized GPU over time (per-minute samples averaged into buckets)."""
-    since = state.clock.now_s() - minutes * 60
+    """Allocated vs utilized GPU over time: per-minute samples averaged into buckets (per-hour
+    ones for a range beyond the minutes' two days)."""
+    now = state.clock.now_s()
     visible = None if caller.is_admin else list(caller.project_ids.values())
     with state.read() as session:
-        return usage.report(session, by, since, bucket_s, visible)
+        return usage.report(session, by, now - minutes * 60, bucket_s, visible, now)
 
 
 @api.get("/whoami", tags=["users"])
