@@ -51,19 +51,21 @@ def database_url(database_url: str) -> Iterator[str]:
         engine.dispose()
 
 
+def _node(name: str, gpu_memory_mib: int) -> NodeRow:
+    return NodeRow(
+        name=name, executor="local", state="ready", gpu_count=2, gpu_memory_mib=gpu_memory_mib,
+        gpu_model=None, cpu_milli=None, memory_mib=None, labels={}, registered_at=T0,
+        heartbeat_at=T0,
+    )  # fmt: skip
+
+
 def _setup(database_url: str) -> Session:
     engine = make_engine(database_url)
     migrate.upgrade(engine)
     writer, _ = make_sessionmakers(engine)
     session = writer()
     _OPENED.append((session, engine))
-    session.add(
-        NodeRow(
-            name="n1", executor="local", state="ready", gpu_count=2, gpu_memory_mib=80000,
-            gpu_model=None, cpu_milli=None, memory_mib=None, labels={}, registered_at=T0,
-            heartbeat_at=T0,
-        )
-    )  # fmt: skip
+    session.add(_node("n1", 80000))
     for name in ("a", "b"):
         body = ProjectIn.model_validate({"name": name, "quota": {"gpu": 1}})
         projects.create(session, body, T0, {}, "admin")
@@ -276,13 +278,7 @@ def test_the_database_sums_what_the_rows_say(database_url: str) -> None:
     two nodes whose tasks come and go, for every grouping, bucket width, window and project
     filter."""
     session = _setup(database_url)
-    session.add(
-        NodeRow(
-            name="n2", executor="local", state="ready", gpu_count=2, gpu_memory_mib=40000,
-            gpu_model=None, cpu_milli=None, memory_mib=None, labels={}, registered_at=T0,
-            heartbeat_at=T0,
-        )
-    )  # fmt: skip
+    session.add(_node("n2", 40000))
     session.flush()
     held = cluster.charges(session)
     a_id = projects.get_row(session, "a").id

@@ -250,17 +250,7 @@ def report(
         memory: ColumnElement[Any] = func.max(c.memory_used_max_mib)
     else:
         keys = (c.project,) if by == "project" else (c.project, c.workload)
-        device = table.alias("device")
-        d = device.c
-        on_device = and_(
-            d.bucket_s == c.bucket_s,
-            d.node == c.node,
-            d.device_index == c.device_index,
-            d.project == _DEVICE,
-            d.workload == _DEVICE,
-        )
-        count = _at_least_1(func.coalesce(d.samples, c.samples))
-        source = table.outerjoin(device, on_device)
+        source, count = _with_device_rows(table)
         where = [c.bucket_s >= since_s, c.project != _DEVICE]
         if project_ids is not None:
             where.append(c.project_id.in_(sorted(project_ids)))
@@ -356,8 +346,24 @@ def recent(
         )
     }
     # A workload's row is averaged over its device's samples of the minute (as in `report`).
-    device = USAGE.alias("device")
-    d = device.c
+    source, count = _with_device_rows(USAGE)
+    projects = {
+        project: int(used) // minutes
+        for project, used in session.execute(
+            select(c.project, func.sum(c.utilized_milli_sum // count))
+            .select_from(source)
+            .where(c.bucket_s >= since, c.project != _DEVICE)
+            .group_by(c.project)
+        )
+    }
+    return projects, devices
+
+
+def _with_device_rows(table: Table) -> tuple[FromClause, ColumnElement[int]]:
+    """`table` with each row's device row of the same bucket joined (none for a device's own
+    row), and the samples to average a row over: its device's, or its own where none."""
+    device = table.alias("device")
+    c, d = table.c, device.c
     on_device = and_(
         d.bucket_s == c.bucket_s,
         d.node == c.node,
@@ -365,17 +371,7 @@ def recent(
         d.project == _DEVICE,
         d.workload == _DEVICE,
     )
-    count = _at_least_1(func.coalesce(d.samples, c.samples))
-    projects = {
-        project: int(used) // minutes
-        for project, used in session.execute(
-            select(c.project, func.sum(c.utilized_milli_sum // count))
-            .select_from(USAGE.outerjoin(device, on_device))
-            .where(c.bucket_s >= since, c.project != _DEVICE)
-            .group_by(c.project)
-        )
-    }
-    return projects, devices
+    return table.outerjoin(device, on_device), _at_least_1(func.coalesce(d.samples, c.samples))
 
 
 def _at_least_1(value: ColumnElement[int]) -> ColumnElement[int]:
