@@ -23,13 +23,12 @@ PROJECTS = cast(Table, ProjectHistoryRow.__table__)
 DEVICES = cast(Table, DeviceHistoryRow.__table__)
 
 
-def _common(sums: Sums) -> dict[str, int]:
-    return {
-        "samples": sums.samples,
-        "allocated_milli_sum": sums.allocated,
-        "utilized_milli_sum": sums.utilized,
-        "utilized_samples": sums.utilized_samples,
-    }
+_COMMON = ("samples", "allocated_milli_sum", "utilized_milli_sum", "utilized_samples")
+"""The sums every history table has, in the order `_common` gives them."""
+
+
+def _common(sums: Sums) -> tuple[int, int, int, int]:
+    return (sums.samples, sums.allocated, sums.utilized, sums.utilized_samples)
 
 
 def write(session: Session, minutes: Sequence[Bucket], now_s: float) -> None:
@@ -46,17 +45,18 @@ def write(session: Session, minutes: Sequence[Bucket], now_s: float) -> None:
             session,
             CLUSTER,
             (),
+            (*_COMMON, "capacity_milli_sum", "pending_workloads_sum", "pending_milli_sum"),
             resolution_s,
             [
                 (
                     b.bucket_s,
                     (),
-                    _common(b.cluster)
-                    | {
-                        "capacity_milli_sum": b.cluster.capacity,
-                        "pending_workloads_sum": b.cluster.pending_workloads,
-                        "pending_milli_sum": b.cluster.pending_milli,
-                    },
+                    (
+                        *_common(b.cluster),
+                        b.cluster.capacity,
+                        b.cluster.pending_workloads,
+                        b.cluster.pending_milli,
+                    ),
                 )
                 for b in buckets
                 if b.cluster.samples
@@ -66,9 +66,10 @@ def write(session: Session, minutes: Sequence[Bucket], now_s: float) -> None:
             session,
             PROJECTS,
             ("project_id",),
+            (*_COMMON, "requested_milli_sum"),
             resolution_s,
             [
-                (b.bucket_s, (project_id,), _common(s) | {"requested_milli_sum": s.requested})
+                (b.bucket_s, (project_id,), (*_common(s), s.requested))
                 for b in buckets
                 for project_id, s in b.projects.items()
             ],
@@ -77,12 +78,14 @@ def write(session: Session, minutes: Sequence[Bucket], now_s: float) -> None:
             session,
             DEVICES,
             ("node", "device_index"),
+            _COMMON,
             resolution_s,
             [
-                (b.bucket_s, key, _common(s) | {"memory_used_max_mib": s.memory_max_mib})
+                (b.bucket_s, key, (*_common(s), s.memory_max_mib))
                 for b in buckets
                 for key, s in b.devices.items()
             ],
+            peaks=("memory_used_max_mib",),
         )
     apply_retention(session, now_s)
 
@@ -101,23 +104,20 @@ def _add_rows(
     session: Session,
     table: Table,
     key_columns: tuple[str, ...],
+    sums: tuple[str, ...],
     resolution_s: int,
-    rows: list[tuple[float, tuple[Any, ...], dict[str, int]]],
+    rows: list[tuple[float, tuple[Any, ...], tuple[int, ...]]],
+    peaks: tuple[str, ...] = (),
 ) -> None:
-    """Insert each row, or add its sums to the row already there (maxima for `_max_` columns),
-    in one statement (`upsert.add_rows`: at 10,000 nodes a minute is 80,000 device rows)."""
+    """Insert each row (bucket, key, values of `sums` then `peaks`), or add its sums to the row
+    already there (the larger of each peak), in one statement (`upsert.add_rows`: at 10,000
+    nodes a minute is 80,000 device rows)."""
     if not rows:
         return
-    names = tuple(rows[0][2])
-    sums = tuple(name for name in names if "_max_" not in name)
-    peaks = tuple(name for name in names if "_max_" in name)
     upsert.add_rows(
         session.connection(),
         table,
-        [
-            (resolution_s, bucket, *key, *(values[n] for n in sums), *(values[n] for n in peaks))
-            for bucket, key, values in rows
-        ],
+        [(resolution_s, bucket, *key, *values) for bucket, key, values in rows],
         keys=("resolution_s", "bucket_s", *key_columns),
         sums=sums,
         peaks=peaks,

@@ -37,6 +37,7 @@ from gpupool.executors.base import UsageSample
 from gpupool.server import upsert
 from gpupool.server.db import UsageHourRow, UsageRow
 from gpupool.server.errors import invalid
+from gpupool.server.history_sums import bucket_of
 from gpupool.server.services.cluster import Charge, RecentDevice, charges
 
 USAGE = cast(Table, UsageRow.__table__)
@@ -175,8 +176,13 @@ def write(session: Session, rows: Sequence[tuple[object, ...]], now_s: float) ->
     rows past their retention. (Each write adds to the hours, rather than a roll-up once an
     hour is over: a sample that comes late, as Prometheus's do, still reaches its hour.)"""
     hours: dict[tuple[object, ...], list[Any]] = {}
+    hour_of: dict[float, float] = {}
+    """Minute -> its hour (`bucket_of`), worked out once per minute, not per row."""
     for row in cast(Sequence[tuple[Any, ...]], rows):
-        key = (float(int(row[0]) // HOUR_S * HOUR_S), *row[1:5])
+        hour = hour_of.get(row[0])
+        if hour is None:
+            hour = hour_of[row[0]] = bucket_of(row[0], HOUR_S)
+        key = (hour, *row[1:5])
         entry = hours.get(key)
         if entry is None:
             hours[key] = list(row[5:])
@@ -233,7 +239,7 @@ def report(
                 "bucket_s",
             )
         table = HOURS
-        since_s = float(int(since_s) // HOUR_S * HOUR_S)
+        since_s = bucket_of(since_s, HOUR_S)
     c = table.c
     own = c.project == _DEVICE
     # A bucket is a number of whole seconds: the minutes' starts are whole, and integer
